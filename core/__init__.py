@@ -1,0 +1,1 @@
+"""CUDA Agent core: everything that runs without Qt (CLI, tests, notebooks)."""

@@ -1,0 +1,125 @@
+"""Comparing a candidate's outputs with references. Used by the judge, never by candidates."""
+from __future__ import annotations
+
+import torch
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+# Poison patterns written into output buffers before each run: quiet NaNs with a payload that no
+# arithmetic produces (arithmetic NaNs are canonical), so "still equals the poison" means "never
+# written". Integer outputs get two runs with two patterns (see runner).
+POISON_BITS = {
+    torch.float32: (0x7FC5A5A5, torch.int32),
+    torch.float64: (0x7FF8A5A5A5A5A5A5, torch.int64),
+    torch.float16: (0x7E5A, torch.int16),
+    torch.bfloat16: (0x7FDA, torch.int16),
+}
+INT_POISON = (0x5A5A5A5A, -0x3C3C3C3D)
+
+
+def _bits_value(value: int, bits_dtype: torch.dtype) -> int:
+    width = torch.iinfo(bits_dtype).bits
+    return value - (1 << width) if value >= 1 << (width - 1) else value
+
+
+def poison_(t: torch.Tensor, variant: int = 0) -> None:
+    """Fill `t` with the poison pattern for its dtype (variant 0 or 1 for integers)."""
+    if t.dtype in POISON_BITS:
+        bits, bits_dtype = POISON_BITS[t.dtype]
+        t.view(bits_dtype).fill_(_bits_value(bits, bits_dtype))
+    elif t.dtype == torch.bool:
+        t.fill_(variant == 0)
+    else:
+        info = torch.iinfo(t.dtype)
+        t.fill_(max(info.min, min(info.max, INT_POISON[variant])))
+
+
+def poisoned_mask(t: torch.Tensor, variant: int = 0) -> torch.Tensor:
+    """Elements of `t` that still hold the poison pattern."""
+    if t.dtype in POISON_BITS:
+        bits, bits_dtype = POISON_BITS[t.dtype]
+        return t.view(bits_dtype) == _bits_value(bits, bits_dtype)
+    if t.dtype == torch.bool:
+        return t == (variant == 0)
+    info = torch.iinfo(t.dtype)
+    return t == max(info.min, min(info.max, INT_POISON[variant]))
+
+
+def close_mask(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> torch.Tensor:
+    """Elementwise pass mask: |out-ref| <= atol + rtol*|ref|, NaN matches NaN, Inf matches Inf."""
+    o = out.double() if out.dtype.is_floating_point else out.to(torch.float64)
+    r = ref.double() if ref.dtype.is_floating_point else ref.to(torch.float64)
+    both_nan = torch.isnan(o) & torch.isnan(r)
+    same_inf = torch.isinf(o) & torch.isinf(r) & (o == r)
+    ok = (o - r).abs() <= atol + rtol * r.abs()
+    return ok | both_nan | same_inf
+
+
+def describe_index(flat_index: int, shape: tuple[int, ...]) -> str:
+    idx = []
+    for s in reversed(shape):
+        idx.append(flat_index % s if s else 0)
+        flat_index //= s if s else 1
+    return "(" + ", ".join(str(i) for i in reversed(idx)) + ")"
+
+
+def compare(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> str | None:
+    """None when `out` matches `ref`; else a one-line reason with the worst element.
+
+    Checks, in order: exact type/shape/dtype, NaN/Inf agreement, elementwise tolerance, and the
+    relative error norm ||out - ref|| / ||ref|| <= rtol (a bias spread thinly over many elements
+    passes elementwise checks but not the norm).
+    """
+    if type(out) is not torch.Tensor:
+        return f"output is a {type(out).__name__}, not a plain torch.Tensor"
+    if tuple(out.shape) != tuple(ref.shape):
+        return f"output has shape {tuple(out.shape)}, expected {tuple(ref.shape)}"
+    n = out.numel()
+    if n == 0:
+        return None
+    o = out.double() if out.dtype.is_floating_point else out.to(torch.float64)
+    r = ref.double() if ref.dtype.is_floating_point else ref.to(torch.float64)
+    o_nan, r_nan = torch.isnan(o), torch.isnan(r)
+    bad_nan = int((o_nan & ~r_nan).sum())
+    if bad_nan:
+        return f"NaN output: {bad_nan} of {n} elements are NaN where the reference is not"
+    missing_nan = int((r_nan & ~o_nan).sum())
+    if missing_nan:
+        return f"{missing_nan} of {n} elements are not NaN where the reference is NaN"
+    o_inf, r_inf = torch.isinf(o), torch.isinf(r)
+    bad_inf = int(((o_inf | r_inf) & (o != r)).sum())
+    if bad_inf:
+        return f"{bad_inf} of {n} elements disagree with the reference on +-Inf"
+    finite = torch.isfinite(r)
+    diff = torch.where(finite, (o - r).abs(), torch.zeros((), dtype=torch.float64, device=o.device))
+    limit = atol + rtol * r.abs()
+    bad = diff > limit
+    n_bad = int(bad.sum())
+    if n_bad:
+        worst = int(torch.argmax(torch.where(bad, diff - limit, torch.zeros_like(diff))))
+        flat_o, flat_r = o.reshape(-1), r.reshape(-1)
+        return (f"{n_bad} of {n} elements outside atol={atol:g} rtol={rtol:g}; worst at "
+                f"{describe_index(worst, tuple(out.shape))}: got {float(flat_o[worst]):.6g}, "
+                f"expected {float(flat_r[worst]):.6g}")
+    ref_norm = float(torch.linalg.vector_norm(torch.where(finite, r, 0.0)))
+    err_norm = float(torch.linalg.vector_norm(diff))
+    if ref_norm > 0 and err_norm / ref_norm > rtol:
+        return f"relative error norm {err_norm / ref_norm:.3g} exceeds {rtol:g}"
+    if ref_norm == 0 and err_norm > atol * (n ** 0.5):
+        return f"error norm {err_norm:.3g} against an all-zero reference"
+    return None
+
+
+def fingerprint(values: list) -> tuple[float, ...]:
+    """A cheap, order-sensitive summary of a set of inputs, to confirm two processes drew the same."""
+    out: list[float] = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            flat = v.detach().reshape(-1)
+            x = flat.double() if flat.dtype.is_floating_point else flat.to(torch.float64)
+            w = torch.arange(1, x.numel() + 1, device=x.device, dtype=torch.float64).remainder_(97.0)
+            x = torch.nan_to_num(x, nan=0.0, posinf=1e300, neginf=-1e300)
+            out += [float(x.sum()), float((x * w).sum()), float(x.numel())]
+        elif isinstance(v, (int, float, bool)):
+            out.append(float(v))
+    return tuple(out)

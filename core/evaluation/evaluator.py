@@ -1,0 +1,281 @@
+"""The evaluator API: compile a candidate, check it, time it, and turn the timing into metrics.
+
+    with Evaluator(task) as ev:
+        base = ev.baselines()            # eager and torch.compile, cached per task and GPU
+        result = ev.evaluate(program)    # EvalResult: status, reason, measurement
+
+Everything that touches the GPU happens in the supervisor's processes; this object only
+compiles (in a CPU process pool) and does arithmetic, so it is safe in a GUI process.
+"""
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import protocol as P
+from .gpuinfo import gpu_key
+from .results import EvalResult, KernelStats, Measurement, Status, Timing
+from .roofline import Ceilings, cache_root, compute_dtype, floor_ms, minimum_bytes, save_json_atomic
+from .supervisor import GpuSupervisor, Outcome, SupervisorSettings
+
+BASELINES_VERSION = 1
+
+
+@dataclass
+class Baselines:
+    eager: Timing | None = None
+    compile: Timing | None = None
+    eager_error: str = ""
+    compile_error: str = ""
+    task_hash: str = ""
+    gpu: str = ""
+    measured_at: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def best_ms(self) -> float | None:
+        times = [t.median_ms for t in (self.eager, self.compile) if t is not None]
+        return min(times) if times else None
+
+    def to_json(self) -> str:
+        return json.dumps({"version": BASELINES_VERSION, **asdict(self)}, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Baselines":
+        d = json.loads(text)
+        if d.pop("version", None) != BASELINES_VERSION:
+            raise ValueError("old baselines format")
+        for k in ("eager", "compile"):
+            if d.get(k) is not None:
+                d[k] = Timing(**d[k])
+        return cls(**d)
+
+
+def baselines_path(task_hash: str, key: str) -> Path:
+    return cache_root() / "baselines" / f"{key}-{task_hash[:20]}.json"
+
+
+_PTXAS_FUNC = re.compile(r"Function properties for (\S+)")
+_PTXAS_SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+
+
+def parse_ptxas_spills(log: str) -> dict[str, tuple[int, int, int]]:
+    """kernel -> (stack bytes, spill store bytes, spill load bytes) from `ptxas -v` output."""
+    found: dict[str, tuple[int, int, int]] = {}
+    current = None
+    for line in log.splitlines():
+        m = _PTXAS_FUNC.search(line)
+        if m:
+            current = m.group(1)
+            continue
+        m = _PTXAS_SPILL.search(line)
+        if m and current:
+            found[current] = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
+            current = None
+    return found
+
+
+class Evaluator:
+    def __init__(self, task: Any, device: int = 0, *, settings: SupervisorSettings | None = None,
+                 compile_pool: Any = None, use_cache: bool = True):
+        self.task = task
+        self.device = device
+        self.settings = settings or SupervisorSettings()
+        self.use_cache = use_cache
+        self._pool = compile_pool
+        self._own_pool = compile_pool is None
+        self._sup: GpuSupervisor | None = None
+        self._baselines: Baselines | None = None
+        self._ceilings: Ceilings | None = None
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> "Evaluator":
+        if self._sup is None:
+            self._sup = GpuSupervisor(self.device, self.task.name, self.task.source, self.settings)
+        return self
+
+    def close(self) -> None:
+        if self._sup is not None:
+            self._sup.close()
+            self._sup = None
+        if self._own_pool and self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def __enter__(self) -> "Evaluator":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def supervisor(self) -> GpuSupervisor:
+        return self.start()._sup  # type: ignore[return-value]
+
+    @property
+    def gpu(self) -> dict[str, Any]:
+        return self.supervisor.gpu
+
+    @property
+    def tolerance(self) -> tuple[float, float]:
+        return self.supervisor.tolerance
+
+    @property
+    def pool(self):
+        if self._pool is None:
+            from core.toolchain import CompilePool
+
+            self._pool = CompilePool(workers=2)
+        return self._pool
+
+    # ---- baselines and ceilings ----------------------------------------------------------------
+
+    def ceilings(self) -> Ceilings:
+        if self._ceilings is None:
+            self._ceilings = self.supervisor.ceilings()
+        return self._ceilings
+
+    def baselines(self, refresh: bool = False, with_compile: bool = True) -> Baselines:
+        if self._baselines is not None and not refresh:
+            return self._baselines
+        key = gpu_key(self.gpu)
+        path = baselines_path(self.task.hash, key)
+        if self.use_cache and not refresh:
+            try:
+                self._baselines = Baselines.from_json(path.read_text())
+                return self._baselines
+            except (OSError, ValueError, TypeError, KeyError):
+                pass
+        b = Baselines(task_hash=self.task.hash, gpu=self.gpu["name"], measured_at=time.strftime("%Y-%m-%d %H:%M:%S"))
+        eager = self.supervisor.baseline("eager")
+        if eager.status is Status.MEASURED:
+            b.eager = Timing.from_samples(eager.samples_ms)
+        else:
+            b.eager_error = eager.reason
+        if with_compile:
+            comp = self.supervisor.baseline("compile")
+            if comp.status is Status.MEASURED:
+                b.compile = Timing.from_samples(comp.samples_ms)
+                b.notes += comp.notes
+            else:
+                b.compile_error = comp.reason
+        if self.use_cache and b.eager is not None:
+            save_json_atomic(path, b.to_json())
+        self._baselines = b
+        return b
+
+    # ---- candidates ----------------------------------------------------------------------------
+
+    def prepare(self, candidate: Any) -> tuple[P.Artifact | None, EvalResult | None, dict[str, Any]]:
+        """Validate and compile; returns (artifact, None, info) or (None, failed result, info)."""
+        from core.program import KernelProgram, ProgramError
+
+        info: dict[str, Any] = {}
+        if isinstance(candidate, KernelProgram):
+            h = candidate.content_hash()
+            try:
+                candidate.validate()
+            except ProgramError as exc:
+                return None, EvalResult(Status.REJECTED, f"invalid program: {exc}", candidate_hash=h), info
+            arch = self.gpu.get("arch", "sm_90")
+            options = list(candidate.compile_options()) + ["--ptxas-options=-v"]
+            res = self.pool.compile(candidate.source, arch=arch, options=options)
+            info.update(compile_log=res.log, compile_seconds=res.seconds, compile_cached=res.cached)
+            if not res.ok:
+                status = Status.TIMEOUT if res.status == "timeout" else Status.COMPILE_ERROR
+                summary = res.error_summary() if hasattr(res, "error_summary") else res.log
+                return None, EvalResult(status, summary, compile_log=res.log, compile_seconds=res.seconds,
+                                        compile_cached=res.cached, candidate_hash=h), info
+            info["spills"] = parse_ptxas_spills(res.log)
+            return P.ProgramArtifact(candidate.to_dict(), res.cubin, h), None, info
+        from core.program.solution import ModelNewSolution
+
+        if isinstance(candidate, ModelNewSolution):
+            return P.ModelNewArtifact(candidate.source, candidate.name, candidate.content_hash()), None, info
+        raise TypeError(f"cannot evaluate a {type(candidate).__name__}: expected a KernelProgram or ModelNewSolution")
+
+    def evaluate(self, candidate: Any, *, with_baselines: bool = True) -> EvalResult:
+        t0 = time.perf_counter()
+        artifact, failed, info = self.prepare(candidate)
+        if failed is not None:
+            failed.eval_seconds = time.perf_counter() - t0
+            return failed
+        baselines = self.baselines() if with_baselines else None
+        outcome = self.supervisor.evaluate(artifact)
+        result = self._result(artifact, outcome, info, baselines)
+        if result.ok and result.measurement.below_floor:
+            result = self._reverify(artifact, result, info, baselines)
+        result.eval_seconds = time.perf_counter() - t0
+        return result
+
+    def remeasure(self, candidate: Any, rounds: int = 30) -> tuple[Timing, Timing] | EvalResult:
+        """Time the candidate and eager alternately (for accepting a new best)."""
+        artifact, failed, _ = self.prepare(candidate)
+        if failed is not None:
+            return failed
+        outcome = self.supervisor.evaluate(artifact, interleave_rounds=rounds)
+        if outcome.status is not Status.MEASURED:
+            return EvalResult(outcome.status, outcome.reason, candidate_hash=artifact.content_hash)
+        return Timing.from_samples(outcome.samples_ms), Timing.from_samples(outcome.baseline_samples_ms)
+
+    def _reverify(self, artifact, result: EvalResult, info, baselines) -> EvalResult:
+        """Faster than the roofline floor: check on more inputs, re-measure against eager, flag it."""
+        s = self.settings
+        outcome = self.supervisor.evaluate(
+            artifact, interleave_rounds=20,
+            prepare=P.Prepare(2 * s.check_sets, 2 * s.scaled_variants + 1, s.timing_sets))
+        if outcome.status is not Status.MEASURED:
+            outcome.reason = "faster than the roofline floor, and failed re-verification: " + outcome.reason
+            return self._result(artifact, outcome, info, baselines)
+        m = result.measurement
+        cand = Timing.from_samples(outcome.samples_ms)
+        eager = Timing.from_samples(outcome.baseline_samples_ms)
+        m.notes.append(
+            f"faster than the roofline floor ({m.median_ms:.4g} ms < {m.floor_ms:.4g} ms): re-verified on "
+            f"{2 * s.check_sets + 2 * s.scaled_variants + 1} more input sets; interleaved re-measure gave "
+            f"{cand.median_ms:.4g} ms against eager {eager.median_ms:.4g} ms")
+        return result
+
+    def _result(self, artifact, outcome: Outcome, info: dict[str, Any], baselines: Baselines | None) -> EvalResult:
+        r = EvalResult(outcome.status, outcome.reason, compile_log=info.get("compile_log", ""),
+                       compile_seconds=info.get("compile_seconds", 0.0),
+                       compile_cached=info.get("compile_cached", False), candidate_hash=artifact.content_hash,
+                       details={"seconds": outcome.seconds, **outcome.details})
+        if outcome.status is not Status.MEASURED:
+            return r
+        timing = Timing.from_samples(outcome.samples_ms)
+        m = Measurement(timing=timing, notes=list(outcome.notes))
+        if baselines is not None:
+            if baselines.eager is not None:
+                m.eager_ms = baselines.eager.median_ms
+                m.speedup_eager = m.eager_ms / timing.median_ms
+            if baselines.compile is not None:
+                m.compile_ms = baselines.compile.median_ms
+                m.speedup_compile = m.compile_ms / timing.median_ms
+        m.min_bytes = minimum_bytes(self.task)
+        m.flops = self.supervisor.task_info.flops
+        seconds = timing.median_ms / 1e3
+        m.gbps = m.min_bytes / seconds / 1e9
+        m.tflops = m.flops / seconds / 1e12 if m.flops else None
+        try:
+            ceilings = self.ceilings()
+            m.floor_ms = floor_ms(m.min_bytes, m.flops, compute_dtype(self.task), ceilings)
+            m.roofline_fraction = m.floor_ms / timing.median_ms
+            m.below_floor = timing.median_ms < m.floor_ms
+        except RuntimeError as exc:
+            m.notes.append(str(exc))
+        spills = info.get("spills", {})
+        for k in outcome.kernels:
+            st = spills.get(k["name"])
+            m.kernels.append(KernelStats(
+                name=k["name"], registers=k["registers"], static_shared_bytes=k["static_shared_bytes"],
+                dynamic_shared_bytes=k["dynamic_shared_bytes"], local_bytes=k["local_bytes"],
+                spill_stores=st[1] if st else None, spill_loads=st[2] if st else None,
+                block_threads=k["block_threads"], occupancy=k.get("occupancy")))
+        r.measurement = m
+        return r

@@ -1,0 +1,40 @@
+"""Facts about a GPU, read in an evaluator process (the only place a CUDA context exists)."""
+from __future__ import annotations
+
+from typing import Any
+
+
+def describe_gpu(device) -> dict[str, Any]:
+    import torch
+
+    p = torch.cuda.get_device_properties(device)
+    info: dict[str, Any] = {
+        "index": device.index,
+        "name": p.name,
+        "uuid": str(getattr(p, "uuid", "")),
+        "capability": f"{p.major}.{p.minor}",
+        "arch": f"sm_{p.major}{p.minor}",
+        "sms": p.multi_processor_count,
+        "memory_bytes": p.total_memory,
+        "l2_bytes": int(getattr(p, "L2_cache_size", 50 << 20)),
+        "max_threads_per_sm": int(getattr(p, "max_threads_per_multi_processor", 2048)),
+        "shared_per_block_optin": int(getattr(p, "shared_memory_per_block_optin", 48 << 10)),
+        "shared_per_sm": int(getattr(p, "shared_memory_per_multiprocessor", 0)),
+        "regs_per_sm": int(getattr(p, "regs_per_multiprocessor", 65536)),
+        "torch": torch.__version__,
+        "cuda_runtime": torch.version.cuda,
+    }
+    try:
+        import cupy
+
+        info["driver"] = cupy.cuda.runtime.driverGetVersion()
+        info["cupy"] = cupy.__version__
+    except Exception as exc:  # CuPy missing: programs cannot run, ModelNew and baselines still can
+        info["cupy_error"] = f"{type(exc).__name__}: {exc}"
+    return info
+
+
+def gpu_key(info: dict[str, Any]) -> str:
+    """Stable identity of a GPU model + software stack, for caches of ceilings and baselines."""
+    name = "".join(c if c.isalnum() else "-" for c in str(info.get("name", "gpu"))).strip("-")
+    return f"{name}-{info.get('capability')}-torch{info.get('torch')}"

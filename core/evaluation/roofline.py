@@ -1,0 +1,145 @@
+"""Ceilings of a GPU (measured once, cached) and the roofline floor of a task.
+
+floor = max(minimum bytes / copy bandwidth, counted FLOPs / GEMM rate for the task's dtype).
+The minimum bytes read every input and weight once and write every output once.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+CEILINGS_VERSION = 1
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("CUDA_AGENT_CACHE", Path.home() / ".cache" / "cuda-agent"))
+
+
+@dataclass
+class Ceilings:
+    copy_gbps: float                                 # device-to-device copy, bytes read + written
+    gemm_tflops: dict[str, float] = field(default_factory=dict)   # per dtype, TF32 off for fp32
+    gpu: str = ""
+    measured_at: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps({"version": CEILINGS_VERSION, **asdict(self)}, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Ceilings":
+        d = json.loads(text)
+        if d.pop("version", None) != CEILINGS_VERSION:
+            raise ValueError("old ceilings format")
+        return cls(**d)
+
+
+def ceilings_path(gpu_key: str) -> Path:
+    return cache_root() / "ceilings" / f"{gpu_key}.json"
+
+
+def load_ceilings(gpu_key: str) -> Ceilings | None:
+    try:
+        return Ceilings.from_json(ceilings_path(gpu_key).read_text())
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
+def save_json_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def measure_ceilings(device: Any, gpu_name: str) -> Ceilings:
+    """Measure copy bandwidth and GEMM rates on `device` (a few seconds). Needs CUDA."""
+    import torch
+
+    def timed(fn, reps: int) -> float:
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(reps):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            torch.cuda.synchronize()
+            times.append(a.elapsed_time(b))
+        times.sort()
+        return times[len(times) // 2] / 1e3
+
+    n = 1 << 28                                  # 1 GiB of float32: far beyond L2
+    src = torch.rand(n, device=device)
+    dst = torch.empty_like(src)
+    copy_s = timed(lambda: dst.copy_(src), 20)
+    copy_gbps = 2 * n * 4 / copy_s / 1e9
+    del src, dst
+    gemm: dict[str, float] = {}
+    prev_tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        for dtype, size in ((torch.float32, 4096), (torch.float16, 8192), (torch.bfloat16, 8192),
+                            (torch.float64, 4096)):
+            a = torch.randn(size, size, device=device, dtype=dtype)
+            b = torch.randn(size, size, device=device, dtype=dtype)
+            s = timed(lambda: a @ b, 10)
+            gemm[str(dtype).removeprefix("torch.")] = 2 * size**3 / s / 1e12
+            del a, b
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev_tf32
+    torch.cuda.empty_cache()
+    return Ceilings(copy_gbps, gemm, gpu_name, time.strftime("%Y-%m-%d %H:%M:%S"))
+
+
+def get_ceilings(device: Any, gpu_name: str, gpu_key: str) -> Ceilings:
+    cached = load_ceilings(gpu_key)
+    if cached is not None:
+        return cached
+    c = measure_ceilings(device, gpu_name)
+    save_json_atomic(ceilings_path(gpu_key), c.to_json())
+    return c
+
+
+_DTYPE_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4,
+                "int16": 2, "int8": 1, "uint8": 1, "bool": 1, "complex64": 8, "complex128": 16}
+
+
+def spec_bytes(shape: tuple[int, ...], dtype: str) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n * _DTYPE_BYTES.get(dtype, 4)
+
+
+def minimum_bytes(task: Any) -> int:
+    """Each input and weight read once, each output written once."""
+    total = 0
+    for spec in task.input_specs:
+        if spec is not None:
+            total += spec_bytes(spec.shape, spec.dtype)
+    for spec in task.param_specs.values():
+        total += spec_bytes(spec.shape, spec.dtype)
+    for spec in task.output_specs:
+        total += spec_bytes(spec.shape, spec.dtype)
+    return total
+
+
+def compute_dtype(task: Any) -> str:
+    """The dtype whose GEMM rate bounds the task: its first floating input, else its output."""
+    for spec in list(task.input_specs) + list(task.param_specs.values()) + list(task.output_specs):
+        if spec is not None and spec.dtype in ("float16", "bfloat16", "float32", "float64"):
+            return spec.dtype
+    return "float32"
+
+
+def floor_ms(min_bytes: int, flops: int, dtype: str, ceilings: Ceilings) -> float:
+    mem_s = min_bytes / (ceilings.copy_gbps * 1e9) if ceilings.copy_gbps > 0 else 0.0
+    rate = ceilings.gemm_tflops.get(dtype) or ceilings.gemm_tflops.get("float32") or 0.0
+    flop_s = flops / (rate * 1e12) if rate > 0 else 0.0
+    return max(mem_s, flop_s) * 1e3

@@ -1,0 +1,667 @@
+"""The candidate process: compiles nothing, holds no reference, only launches and times.
+
+One warm runner per GPU runs KernelPrograms (their only untrusted part is CUDA code). A
+KernelBench `ModelNew` brings Python code, so it runs in a fresh runner that is retired
+afterwards. Any CUDA error ends the process (os._exit): the context may be poisoned.
+"""
+from __future__ import annotations
+
+import os
+import time
+import traceback
+import types
+from collections import OrderedDict
+from typing import Any, Callable
+
+from . import protocol as P
+from .results import Status
+
+FATAL_EXIT = 70
+
+
+class CandidateFailure(Exception):
+    """A verdict reached inside the runner (rejected, crashed...), with its reason."""
+
+    def __init__(self, status: Status, reason: str, fatal: bool = False):
+        super().__init__(reason)
+        self.status, self.reason, self.fatal = status, reason, fatal
+
+
+def is_cuda_error(exc: BaseException) -> bool:
+    name = type(exc).__name__
+    text = str(exc)
+    return ("CUDA" in name or "Accelerator" in name or "CUDA error" in text
+            or "CUDA_ERROR" in text or "cudaError" in text or "OutOfMemory" in name)
+
+
+def _cuda_reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return f"CUDA error: {text}"
+
+
+class Runner:
+    def __init__(self, device_index: int, role: str):
+        import torch
+
+        self.torch = torch
+        self.role = role
+        self.device = torch.device("cuda", device_index)
+        torch.cuda.set_device(self.device)
+        # Precision is the task's: no TF32 unless the reference itself asks for it.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.set_grad_enabled(False)
+        from .gpuinfo import describe_gpu
+        from .timer import Timer
+
+        self.gpu = describe_gpu(self.device)
+        self.timer = Timer(self.device, self.gpu["l2_bytes"])
+        self.task = None
+        self.programs: OrderedDict[str, Any] = OrderedDict()
+        self.modelnew_cls = None
+        self.modelnew_hash = ""
+        self.calibrated = False
+        self.compiled_model = None
+
+    # ---- setup ---------------------------------------------------------------------------------
+
+    def activate(self) -> None:
+        if not self.calibrated:
+            self.timer.calibrate()
+            self.calibrated = True
+
+    def set_task(self, msg: P.SetTask) -> P.TaskReady:
+        from core.tasks import load_task_from_source
+
+        self.task = load_task_from_source(msg.source, msg.name)
+        self.compiled_model = None
+        return P.TaskReady(tolerance=self.task.tolerance())
+
+    def materialize(self, s: P.InputSet):
+        """Weights and inputs for an input set, drawn on this GPU exactly as the judge draws them."""
+        torch = self.torch
+        model = self.task.make_model(s.model_seed, self.device)
+        inputs = self.task.make_inputs(s.input_seed, self.device)
+        if s.scale is not None:
+            inputs = [x * s.scale if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                      for x in inputs]
+        return model, inputs
+
+    def fingerprint(self, model, inputs) -> tuple[float, ...]:
+        from .compare import fingerprint
+
+        return fingerprint(list(inputs) + list(model.state_dict().values()))
+
+    def ceilings(self, msg: P.MeasureCeilings) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        from .gpuinfo import gpu_key
+        from .roofline import get_ceilings
+
+        return asdict(get_ceilings(self.device, self.gpu["name"], gpu_key(self.gpu)))
+
+    # ---- candidates ----------------------------------------------------------------------------
+
+    def program_for(self, artifact: P.ProgramArtifact):
+        prog = self.programs.get(artifact.content_hash)
+        if prog is None:
+            prog = LoadedProgram(artifact, self)
+            self.programs[artifact.content_hash] = prog
+            while len(self.programs) > 64:
+                self.programs.popitem(last=False)
+        else:
+            self.programs.move_to_end(artifact.content_hash)
+        return prog
+
+    def modelnew_for(self, artifact: P.ModelNewArtifact):
+        if self.modelnew_cls is None:
+            module = types.ModuleType(f"cuda_agent_candidate_{artifact.content_hash[:12]}")
+            module.__file__ = f"<candidate {artifact.name}>"
+            try:
+                code = compile(artifact.source, module.__file__, "exec")
+                exec(code, module.__dict__)
+                cls = module.__dict__["ModelNew"]
+            except Exception as exc:
+                if is_cuda_error(exc):
+                    raise
+                raise CandidateFailure(Status.CRASHED, "the ModelNew file failed to import: "
+                                       + _short_exc(exc)) from exc
+            self.modelnew_cls = cls
+            self.modelnew_hash = artifact.content_hash
+        elif self.modelnew_hash != artifact.content_hash:
+            raise CandidateFailure(Status.CRASHED, "internal: a ModelNew process got a second candidate")
+        return ModelNewInstance(self.modelnew_cls, self)
+
+    def candidate(self, artifact: P.Artifact):
+        if isinstance(artifact, P.ProgramArtifact):
+            return self.program_for(artifact)
+        return self.modelnew_for(artifact)
+
+    # ---- phases --------------------------------------------------------------------------------
+
+    def check(self, msg: P.Check) -> P.CheckDone:
+        from .channel import write_tensor
+        from .compare import close_mask, poisoned_mask
+
+        torch = self.torch
+        t0 = time.perf_counter()
+        cand = self.candidate(msg.artifact)
+        atol, rtol = msg.tolerance
+        outputs, fingerprints = [], {}
+        for i, s in enumerate(msg.bundle.check_sets):
+            model, inputs = self.materialize(s)
+            fingerprints[s.label] = self.fingerprint(model, inputs)
+            bound = cand.bind(model, inputs)
+            snapshot = [x.clone() for x in inputs if isinstance(x, torch.Tensor)]
+            outs = bound.run(poison_variant=0)
+            torch.cuda.synchronize()
+            self.validate_outputs(outs, inputs, model)
+            self.check_mutation(inputs, snapshot)
+            if bound.fixed_outputs:
+                self.check_unwritten(outs, poisoned_mask, variant=0, only_floats=True)
+            if i == 0:
+                first = [o.clone() for o in outs]
+                outs = bound.run(poison_variant=1)
+                torch.cuda.synchronize()
+                self.validate_outputs(outs, inputs, model)
+                self.check_mutation(inputs, snapshot)
+                if bound.fixed_outputs:
+                    self.check_unwritten(outs, poisoned_mask, variant=1, only_floats=True,
+                                         also=[poisoned_mask(f, 0) for f in first])
+                for j, (a, b) in enumerate(zip(first, outs)):
+                    n_diff = int((~close_mask(a, b, atol, rtol)).sum())
+                    if n_diff:
+                        raise CandidateFailure(
+                            Status.WRONG, f"nondeterministic: two runs on the same inputs differ in "
+                            f"{n_diff} of {a.numel()} elements of output {j} (a race, e.g. a missing "
+                            "__syncthreads?)")
+                del first
+            outputs.append(tuple(write_tensor(self.scratch, o, f"c{i}o{j}") for j, o in enumerate(outs)))
+            bound.release(outs)
+            del outs, snapshot, bound, model, inputs
+        kernels = cand.kernel_stats() if hasattr(cand, "kernel_stats") else []
+        return P.CheckDone(tuple(outputs), fingerprints, kernels, time.perf_counter() - t0)
+
+    def validate_outputs(self, outs, inputs, model) -> None:
+        torch = self.torch
+        specs = self.task.output_specs
+        if len(outs) != len(specs):
+            raise CandidateFailure(Status.REJECTED, f"returned {len(outs)} outputs, the reference returns {len(specs)}")
+        protected = [x for x in inputs if isinstance(x, torch.Tensor)] + list(model.state_dict().values())
+        for j, (o, spec) in enumerate(zip(outs, specs)):
+            if type(o) is not torch.Tensor:
+                raise CandidateFailure(Status.REJECTED, f"output {j} is a {type(o).__module__}.{type(o).__name__}, "
+                                       "not a plain torch.Tensor")
+            if o.device != self.device:
+                raise CandidateFailure(Status.REJECTED, f"output {j} is on {o.device}, expected {self.device}")
+            if str(o.dtype).removeprefix("torch.") != spec.dtype or tuple(o.shape) != tuple(spec.shape):
+                raise CandidateFailure(Status.REJECTED, f"output {j} is {str(o.dtype).removeprefix('torch.')} "
+                                       f"{tuple(o.shape)}, expected {spec.dtype} {tuple(spec.shape)}")
+            if o.layout != torch.strided:
+                raise CandidateFailure(Status.REJECTED, f"output {j} has layout {o.layout}, expected strided")
+            for p in protected:
+                if _overlaps(o, p):
+                    raise CandidateFailure(Status.REJECTED, f"output {j} aliases an input or weight "
+                                           "(its memory overlaps a tensor the candidate was given)")
+            for k in range(j):
+                if _overlaps(o, outs[k]):
+                    raise CandidateFailure(Status.REJECTED, f"outputs {k} and {j} share memory")
+
+    def check_mutation(self, inputs, snapshot) -> None:
+        torch = self.torch
+        tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
+        for k, (x, before) in enumerate(zip(tensors, snapshot)):
+            same = torch.equal(x, before) if not x.is_floating_point() else bool(
+                ((x == before) | (torch.isnan(x) & torch.isnan(before))).all())
+            if not same:
+                name = self.task.input_names[k] if k < len(self.task.input_names) else f"#{k}"
+                raise CandidateFailure(Status.REJECTED, f"mutates its input '{name}': inputs must be "
+                                       "left as they were given")
+
+    def check_unwritten(self, outs, poisoned_mask, variant, only_floats, also=None) -> None:
+        for j, o in enumerate(outs):
+            if only_floats and not o.is_floating_point():
+                if also is None:
+                    continue
+                mask = poisoned_mask(o, variant) & also[j]    # held each run's pattern: never written
+            else:
+                mask = poisoned_mask(o, variant)
+            n = int(mask.sum())
+            if n:
+                if n == o.numel():
+                    raise CandidateFailure(Status.REJECTED, f"never wrote output {j}: all {n} elements "
+                                           "still hold the poison written before the run")
+                raise CandidateFailure(Status.REJECTED, f"partial write: {n} of {o.numel()} elements of "
+                                       f"output {j} were never written")
+
+    def _timing_setup(self, bundle: P.Bundle):
+        torch = self.torch
+        sets = bundle.timing_sets
+        model, inputs_a = self.materialize(sets[0])
+        sources = [[x for x in inputs_a if isinstance(x, torch.Tensor)]]
+        for s in sets[1:]:
+            _, more = self.materialize(s)
+            sources.append([x for x in more if isinstance(x, torch.Tensor)])
+        live = [x.clone() for x in inputs_a]
+        live_tensors = [x for x in live if isinstance(x, torch.Tensor)]
+        return model, live, live_tensors, sources
+
+    def time(self, msg: P.Time | P.Interleave) -> P.TimeDone:
+        from .channel import write_tensor
+
+        t0 = time.perf_counter()
+        self.activate()
+        cand = self.candidate(msg.artifact)
+        model, live, live_tensors, sources = self._timing_setup(msg.bundle)
+        bound = cand.bind(model, live)
+        run = self.timer.run(bound.call, live_tensors, sources,
+                             poison_outputs=bound.poison if bound.fixed_outputs else None,
+                             release_outputs=not bound.fixed_outputs, tolerance=msg.tolerance)
+        bound.raise_violations()
+        notes: list[str] = []
+        baseline: list[float] = []
+        samples = run.samples_ms
+        if isinstance(msg, P.Interleave):
+            eager = EagerCall(model, live, self)
+            samples, baseline = [], []
+            for _ in range(msg.rounds):
+                c = self.timer.run(bound.call, live_tensors, sources, release_outputs=not bound.fixed_outputs,
+                                   poison_outputs=bound.poison if bound.fixed_outputs else None,
+                                   tolerance=msg.tolerance, reps=2, warmup=False)
+                e = self.timer.run(eager.call, live_tensors, sources, release_outputs=True,
+                                   tolerance=msg.tolerance, reps=2, warmup=False)
+                samples += c.samples_ms
+                baseline += e.samples_ms
+            bound.raise_violations()
+        outputs = tuple(tuple(write_tensor(self.scratch, o, f"t{k}o{j}") for j, o in enumerate(outs))
+                        for k, outs in enumerate(run.first_outputs))
+        return P.TimeDone(samples, run.stray_ms, outputs, run.mismatched_reps,
+                          time.perf_counter() - t0, notes, baseline)
+
+    def time_baseline(self, msg: P.TimeBaseline) -> P.TimeDone:
+        t0 = time.perf_counter()
+        self.activate()
+        model, live, live_tensors, sources = self._timing_setup(msg.bundle)
+        notes = []
+        if msg.kind == "eager":
+            call = EagerCall(model, live, self).call
+        elif msg.kind == "compile":
+            torch = self.torch
+            try:
+                compiled = torch.compile(model)
+                tc = time.perf_counter()
+                compiled(*live)
+                torch.cuda.synchronize()
+                notes.append(f"torch.compile took {time.perf_counter() - tc:.1f} s")
+            except Exception as exc:
+                if is_cuda_error(exc):
+                    raise
+                raise CandidateFailure(Status.CRASHED, "torch.compile failed: " + _short_exc(exc)) from exc
+            call = EagerCall(compiled, live, self).call
+        else:
+            raise ValueError(f"unknown baseline {msg.kind!r}")
+        run = self.timer.run(call, live_tensors, sources, release_outputs=True, tolerance=msg.tolerance)
+        return P.TimeDone(run.samples_ms, run.stray_ms, (), run.mismatched_reps, time.perf_counter() - t0, notes)
+
+
+def _overlaps(a, b) -> bool:
+    if a.numel() == 0 or b.numel() == 0:
+        return False
+    sa, sb = a.untyped_storage(), b.untyped_storage()
+    a0, b0 = sa.data_ptr(), sb.data_ptr()
+    return a0 < b0 + sb.nbytes() and b0 < a0 + sa.nbytes()
+
+
+def _short_exc(exc: BaseException) -> str:
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = ""
+    for frame in reversed(tb):
+        if frame.filename.startswith("<candidate"):
+            where = f" (line {frame.lineno}: {frame.line})" if frame.line else f" (line {frame.lineno})"
+            break
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+# ---- the two kinds of candidate ----------------------------------------------------------------
+
+
+class LoadedProgram:
+    """A KernelProgram's cubin loaded into this process, ready to bind to tensors."""
+
+    def __init__(self, artifact: P.ProgramArtifact, runner: Runner):
+        import cupy
+
+        from core.program import KernelProgram
+
+        self.runner = runner
+        self.program = KernelProgram.from_json(artifact.program)
+        self.module = cupy.cuda.function.Module()
+        self.module.load(artifact.cubin)
+        self.functions: dict[str, Any] = {}
+        for name in dict.fromkeys(launch.kernel for launch in self.program.launches):
+            try:
+                self.functions[name] = self.module.get_function(name)
+            except Exception as exc:
+                if "NOT_FOUND" in str(exc):
+                    raise CandidateFailure(Status.REJECTED, f"kernel '{name}' is not in the compiled module "
+                                           "(declare it extern \"C\" __global__)") from exc
+                raise
+        self.last_plan = None
+
+    def bind(self, model, inputs) -> "BoundProgram":
+        return BoundProgram(self, model, inputs)
+
+    def kernel_stats(self) -> list[dict[str, Any]]:
+        stats = []
+        plan = self.last_plan
+        for launch in plan.launches if plan else []:
+            f = self.functions[launch.kernel]
+            threads = launch.block[0] * launch.block[1] * launch.block[2]
+            entry = {"name": launch.kernel, "registers": _func_attr(f, _ATTR_NUM_REGS),
+                     "static_shared_bytes": _func_attr(f, _ATTR_SHARED_SIZE_BYTES),
+                     "dynamic_shared_bytes": int(launch.shared_bytes),
+                     "local_bytes": _func_attr(f, _ATTR_LOCAL_SIZE_BYTES), "block_threads": threads}
+            try:
+                from core.toolchain import theoretical_occupancy
+
+                entry["occupancy"] = theoretical_occupancy(
+                    entry["registers"], entry["static_shared_bytes"] + entry["dynamic_shared_bytes"],
+                    threads, arch=self.runner.gpu["arch"])
+            except Exception:
+                entry["occupancy"] = None
+            if entry not in stats:
+                stats.append(entry)
+        return stats
+
+
+# CUfunction_attribute values (cuda.h)
+_ATTR_SHARED_SIZE_BYTES, _ATTR_LOCAL_SIZE_BYTES, _ATTR_NUM_REGS = 1, 3, 4
+_ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+
+
+def _func_attr(f, attribute: int) -> int:
+    import cupy
+
+    return int(cupy.cuda.driver.funcGetAttribute(attribute, f.ptr))
+
+
+class BoundProgram:
+    """A program bound to one set of tensors: buffers allocated once, launches prepared."""
+
+    fixed_outputs = True
+
+    def __init__(self, prog: LoadedProgram, model, inputs):
+        import numpy as np
+        import torch
+
+        from core.program import LaunchLimits, ProgramError, ScalarArg, TensorArg, TensorInfo
+
+        runner = prog.runner
+        task = runner.task
+        tensors: dict[str, Any] = {}
+        env: dict[str, Any] = {}
+        for name, value in zip(task.input_names, inputs):
+            if isinstance(value, torch.Tensor):
+                # Kernels see every tensor as a contiguous row-major array.
+                value = value if value.is_contiguous() else value.contiguous()
+                tensors[name] = value
+                env[name] = TensorInfo(tuple(value.shape), str(value.dtype).removeprefix("torch."))
+            else:
+                env[name] = value
+        for name, value in model.state_dict().items():
+            value = value if value.is_contiguous() else value.contiguous()
+            tensors[name] = value
+            env[name] = TensorInfo(tuple(value.shape), str(value.dtype).removeprefix("torch."))
+        free, total = torch.cuda.mem_get_info(runner.device)
+        gpu = runner.gpu
+        limits = LaunchLimits(max_shared_bytes=gpu["shared_per_block_optin"], max_buffer_bytes=total)
+        try:
+            plan = prog.program.resolve(env, limits)
+        except ProgramError as exc:
+            raise CandidateFailure(Status.REJECTED, f"launch plan: {exc}") from exc
+        need = sum(_nbytes(b.shape, b.dtype) for b in plan.buffers)
+        if need > free:
+            raise CandidateFailure(Status.REJECTED, f"oversized allocation: the plan's buffers need "
+                                   f"{_human(need)} but the GPU has {_human(free)} free")
+        self.buffers = {}
+        for b in plan.buffers:
+            try:
+                self.buffers[b.name] = torch.empty(b.shape, dtype=getattr(torch, b.dtype), device=runner.device)
+            except torch.OutOfMemoryError as exc:
+                raise CandidateFailure(Status.REJECTED, f"oversized allocation: buffer '{b.name}' "
+                                       f"({_human(_nbytes(b.shape, b.dtype))}) does not fit") from exc
+        tensors.update(self.buffers)
+        self.outputs = [self.buffers[name] for name in plan.outputs]
+        self.inputs = [tensors[n] for n in task.input_names if n in tensors]
+        self.tensors = tensors
+        prog.last_plan = plan
+        self.stream = None
+        self.launches: list[tuple] = []
+        np_types = {"int32": np.int32, "int64": np.int64, "uint32": np.uint32, "uint64": np.uint64,
+                    "float32": np.float32, "float64": np.float64}
+        for launch in plan.launches:
+            f = prog.functions[launch.kernel]
+            if launch.shared_bytes > 48 * 1024:
+                import cupy
+
+                cupy.cuda.driver.funcSetAttribute(f.ptr, _ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES, launch.shared_bytes)
+            args = []
+            for a in launch.args:
+                if isinstance(a, TensorArg):
+                    args.append(np.uint64(tensors[a.name].data_ptr()))
+                elif isinstance(a, ScalarArg):
+                    args.append(np_types[a.ctype](a.value))
+                else:
+                    raise CandidateFailure(Status.REJECTED, f"unsupported argument {a!r}")
+            self.launches.append((f, launch.grid, launch.block, tuple(args), launch.shared_bytes))
+        self.violation: str | None = None
+
+    def launch_all(self):
+        import cupy
+        import torch
+
+        stream = cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+        for f, grid, block, args, shared in self.launches:
+            f(grid, block, args, shared_mem=shared, stream=stream)
+        return self.outputs
+
+    def call(self):
+        from .guard import NoFallbackGuard
+
+        guard = NoFallbackGuard()
+        try:
+            with guard:
+                outs = self.launch_all()
+        finally:
+            if guard.reason and not self.violation:
+                self.violation = guard.reason
+        return outs
+
+    def run(self, poison_variant: int):
+        from .compare import poison_
+
+        for o in self.outputs:
+            poison_(o, poison_variant)
+        outs = self.call()
+        self.raise_violations()
+        return outs
+
+    def poison(self) -> None:
+        from .compare import poison_
+
+        for o in self.outputs:
+            poison_(o)
+
+    def raise_violations(self) -> None:
+        if self.violation:
+            raise CandidateFailure(Status.REJECTED, self.violation)
+
+    def release(self, outs) -> None:
+        pass
+
+
+class ModelNewInstance:
+    """Builds ModelNew for each input set, with the reference's weights loaded into it."""
+
+    def __init__(self, cls, runner: Runner):
+        self.cls, self.runner = cls, runner
+
+    def bind(self, model, inputs) -> "BoundModelNew":
+        return BoundModelNew(self, model, inputs)
+
+
+class BoundModelNew:
+    fixed_outputs = False
+
+    def __init__(self, inst: ModelNewInstance, model, inputs):
+        import torch
+
+        runner = inst.runner
+        task = runner.task
+        torch.manual_seed(0)
+        try:
+            with torch.device(runner.device):
+                m = inst.cls(*task.init_inputs)
+            m = m.to(runner.device)
+            ref_state = model.state_dict()
+            own = m.state_dict()
+            shared = {k: v for k, v in ref_state.items() if k in own and own[k].shape == v.shape}
+            m.load_state_dict(shared, strict=False)
+        except CandidateFailure:
+            raise
+        except Exception as exc:
+            if is_cuda_error(exc):
+                raise
+            raise CandidateFailure(Status.CRASHED, "ModelNew(...) failed to build: " + _short_exc(exc)) from exc
+        self.module = m
+        self.inputs = inputs
+        self.violation: str | None = None
+
+    def call(self):
+        from .guard import CallsPyTorch, NoFallbackGuard
+
+        guard = NoFallbackGuard()
+        try:
+            with guard:
+                out = self.module(*self.inputs)
+        except CallsPyTorch:
+            out = ()
+        except Exception as exc:
+            if is_cuda_error(exc):
+                raise
+            raise CandidateFailure(Status.CRASHED, "ModelNew.forward raised " + _short_exc(exc)) from exc
+        finally:
+            if guard.reason and not self.violation:
+                self.violation = guard.reason
+        self.raise_violations()
+        return list(out) if isinstance(out, (tuple, list)) else [out]
+
+    def run(self, poison_variant: int):
+        return self.call()
+
+    def raise_violations(self) -> None:
+        if self.violation:
+            raise CandidateFailure(Status.REJECTED, self.violation)
+
+    def release(self, outs) -> None:
+        from .compare import poison_
+
+        # Memory the allocator hands out next must not still hold this answer.
+        for o in outs:
+            if type(o) is self.runner.torch.Tensor and o.numel():
+                poison_(o)
+
+
+class EagerCall:
+    """The reference module (or its torch.compile) called on the live inputs."""
+
+    def __init__(self, module, live, runner: Runner):
+        self.module, self.live = module, live
+
+    def call(self):
+        out = self.module(*self.live)
+        return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def _nbytes(shape, dtype: str) -> int:
+    from .roofline import spec_bytes
+
+    return spec_bytes(tuple(shape), dtype)
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n) < 1024 or unit == "PiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n} B"
+
+
+# ---- process entry -------------------------------------------------------------------------------
+
+
+def runner_main(conn, device_index: int, role: str, scratch: str) -> None:
+    """Entry point of a runner process (spawned). Serves requests until Shutdown or a CUDA error."""
+    from pathlib import Path
+
+    t0 = time.perf_counter()
+    try:
+        runner = Runner(device_index, role)
+        runner.scratch = Path(scratch)
+        conn.send(P.Ready(role, os.getpid(), runner.gpu, time.perf_counter() - t0))
+    except BaseException as exc:  # startup failed: say why, then go
+        conn.send(P.Failure(Status.CRASHED.value, f"runner failed to start: {_short_exc(exc)}", fatal=True))
+        os._exit(FATAL_EXIT)
+    handlers: dict[type, Callable] = {
+        P.SetTask: runner.set_task, P.Check: runner.check, P.Time: runner.time,
+        P.Interleave: runner.time, P.TimeBaseline: runner.time_baseline,
+        P.MeasureCeilings: runner.ceilings,
+    }
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            os._exit(0)
+        if isinstance(msg, P.Shutdown):
+            os._exit(0)
+        if isinstance(msg, P.Activate):
+            try:
+                runner.activate()
+                conn.send(P.Verdict(True))
+            except BaseException as exc:
+                conn.send(P.Failure(Status.CRASHED.value, _cuda_reason(exc), fatal=True))
+                os._exit(FATAL_EXIT)
+            continue
+        try:
+            reply = handlers[type(msg)](msg)
+            runner.torch.cuda.synchronize()
+            conn.send(reply)
+        except CandidateFailure as exc:
+            fatal = exc.fatal
+            if not fatal:
+                fatal = not _context_healthy(runner)
+            conn.send(P.Failure(exc.status.value, exc.reason, fatal=fatal))
+            if fatal:
+                os._exit(FATAL_EXIT)
+        except BaseException as exc:
+            if is_cuda_error(exc):
+                status = Status.REJECTED if "out of memory" in str(exc).lower() else Status.CRASHED
+                reason = _cuda_reason(exc)
+                if status is Status.REJECTED:
+                    reason = "oversized allocation: " + reason
+                conn.send(P.Failure(status.value, reason, fatal=True))
+                os._exit(FATAL_EXIT)
+            conn.send(P.Failure(Status.CRASHED.value, f"evaluator error: {_short_exc(exc)}",
+                                fatal=not _context_healthy(runner),
+                                details={"traceback": traceback.format_exc()}))
+            if not _context_healthy(runner):
+                os._exit(FATAL_EXIT)
+
+
+def _context_healthy(runner: Runner) -> bool:
+    try:
+        runner.torch.cuda.synchronize()
+        x = runner.torch.ones(4, device=runner.device)
+        return float((x + x).sum()) == 8.0
+    except BaseException:
+        return False

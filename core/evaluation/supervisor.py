@@ -1,0 +1,405 @@
+"""Keeps one GPU's evaluator processes alive: a judge, a warm runner and a fresh spare.
+
+The supervisor lives in the caller's process and never touches CUDA. It enforces deadlines by
+killing processes, replaces a runner that crashed or hung with the spare (already started, so
+service resumes at once), gives every ModelNew candidate a fresh process, and quarantines a
+candidate that brought a runner down twice. The judge is never busy while something is timed.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import threading
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+from typing import Any
+
+from . import protocol as P
+from .channel import remove_scratch, scratch_dir
+from .results import Status
+
+
+class WorkerDied(Exception):
+    pass
+
+
+class WorkerTimeout(Exception):
+    pass
+
+
+@dataclass
+class SupervisorSettings:
+    startup_timeout_s: float = 180.0
+    check_timeout_s: float = 60.0        # includes loading the module and drawing the inputs
+    time_timeout_s: float = 120.0
+    modelnew_timeout_s: float = 600.0    # a ModelNew may build a C++ extension on import
+    judge_timeout_s: float = 300.0
+    baseline_timeout_s: float = 900.0    # torch.compile's first build can be slow
+    quarantine_after: int = 2
+    check_sets: int = 3
+    scaled_variants: int = 2
+    timing_sets: int = 2
+
+
+class Worker:
+    """One spawned process and its pipe."""
+
+    def __init__(self, ctx, role: str, target, args: tuple):
+        self.role = role
+        self.conn, child = ctx.Pipe(duplex=True)
+        self.proc = ctx.Process(target=target, args=(child, *args), daemon=True, name=f"cuda-agent-{role}")
+        self.started = time.monotonic()
+        self.proc.start()
+        child.close()
+        self.ready: P.Ready | None = None
+        self.pending = 0              # replies still owed for requests sent without waiting
+
+    def send(self, msg: Any) -> None:
+        self.conn.send(msg)
+        self.pending += 1
+
+    def recv(self, timeout: float) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise WorkerTimeout(f"{self.role} gave no answer in {timeout:.0f} s")
+            ready = wait([self.conn, self.proc.sentinel], timeout=remaining)
+            if self.conn in ready or self.conn.poll(0):
+                try:
+                    msg = self.conn.recv()
+                except (EOFError, OSError) as exc:
+                    raise WorkerDied(self._death()) from exc
+                if not isinstance(msg, P.Ready):
+                    self.pending = max(0, self.pending - 1)
+                return msg
+            if self.proc.sentinel in ready:
+                raise WorkerDied(self._death())
+
+    def request(self, msg: Any, timeout: float) -> Any:
+        self.drain(timeout)
+        self.send(msg)
+        return self.recv(timeout)
+
+    def drain(self, timeout: float) -> list[Any]:
+        """Collect replies owed for earlier requests (and the Ready message)."""
+        got = []
+        while self.ready is None:
+            msg = self.recv(timeout)
+            if isinstance(msg, P.Failure):
+                raise WorkerDied(msg.reason)
+            if isinstance(msg, P.Ready):
+                self.ready = msg
+        while self.pending:
+            got.append(self.recv(timeout))
+        return got
+
+    def _death(self) -> str:
+        self.proc.join(0.5)
+        code = self.proc.exitcode
+        if code is None:
+            return f"{self.role} stopped answering"
+        if code < 0:
+            return f"{self.role} process was killed by signal {-code}"
+        return f"{self.role} process exited with code {code}"
+
+    def alive(self) -> bool:
+        return self.proc.is_alive()
+
+    def kill(self) -> None:
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(5)
+        try:
+            self.conn.close()
+        except OSError:
+            pass
+
+
+@dataclass
+class Outcome:
+    """What the supervisor found; the Evaluator turns it into an EvalResult."""
+
+    status: Status
+    reason: str = ""
+    samples_ms: list[float] = field(default_factory=list)
+    baseline_samples_ms: list[float] = field(default_factory=list)
+    stray_ms: float = 0.0
+    kernels: list[dict[str, Any]] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class GpuSupervisor:
+    def __init__(self, device_index: int, task_name: str, task_source: str,
+                 settings: SupervisorSettings | None = None, *, runner_target=None, judge_target=None):
+        from .judge import judge_main
+        from .runner import runner_main
+
+        # The process entry points can be replaced (tests drive the supervisor with fake workers).
+        self.runner_target = runner_target or runner_main
+        judge_target = judge_target or judge_main
+        self.settings = settings or SupervisorSettings()
+        self.device_index = device_index
+        self.task_msg = P.SetTask(task_name, task_source)
+        self.ctx = mp.get_context("spawn")
+        self.scratch = scratch_dir()
+        self.lock = threading.RLock()
+        self.failures: dict[str, int] = {}
+        self.recoveries: list[float] = []       # seconds from a runner's loss to a runner in service
+        s = self.settings
+        self.judge = Worker(self.ctx, "judge", judge_target, (device_index, str(self.scratch)))
+        self.judge.send(self.task_msg)
+        self.runner = self._spawn_runner("runner")
+        self.spare: Worker | None = None
+        replies = self.judge.drain(s.startup_timeout_s)
+        self.task_info: P.TaskReady | None = None
+        self._startup_judge(replies)
+        self._settle(self.runner, s.startup_timeout_s)
+        self._activate(self.runner)
+        self.gpu = dict(self.runner.ready.gpu)
+        self.spare = self._spawn_runner("spare")
+        self.bundle: P.Bundle | None = None
+        self._prefetch()
+
+    # ---- process management --------------------------------------------------------------------
+
+    def _startup_judge(self, replies: list[Any]) -> None:
+        for msg in replies:
+            if isinstance(msg, P.TaskReady):
+                self.task_info = msg
+            elif isinstance(msg, P.Failure):
+                raise RuntimeError(f"the judge could not load the task: {msg.reason}")
+        if self.task_info is None:
+            raise RuntimeError("the judge did not confirm the task")
+
+    def _spawn_runner(self, role: str) -> Worker:
+        w = Worker(self.ctx, role, self.runner_target, (self.device_index, role, str(self.scratch)))
+        w.send(self.task_msg)
+        return w
+
+    def _settle(self, w: Worker, timeout: float) -> None:
+        for msg in w.drain(timeout):
+            if isinstance(msg, P.Failure):
+                raise WorkerDied(f"{w.role} could not load the task: {msg.reason}")
+
+    def _activate(self, w: Worker) -> None:
+        reply = w.request(P.Activate(), self.settings.startup_timeout_s)
+        if isinstance(reply, P.Failure):
+            raise WorkerDied(reply.reason)
+
+    def _fresh_runner(self) -> Worker:
+        """Take the spare (started earlier, never used) and start another spare behind it."""
+        w = self.spare or self._spawn_runner("spare")
+        self.spare = None
+        self._settle(w, self.settings.startup_timeout_s)
+        self._activate(w)
+        self.spare = self._spawn_runner("spare")
+        return w
+
+    def _replace_runner(self) -> None:
+        t0 = time.monotonic()
+        self.runner.kill()
+        for attempt in range(2):
+            try:
+                self.runner = self._fresh_runner()
+                break
+            except (WorkerDied, WorkerTimeout):
+                if attempt:
+                    raise
+        self.recoveries.append(time.monotonic() - t0)
+
+    def _quiet_gpu(self) -> None:
+        """Nothing but the timed process may use the GPU while it times."""
+        self.judge_bundle_wait()
+        if self.spare is not None:
+            try:
+                self._settle(self.spare, self.settings.startup_timeout_s)
+            except (WorkerDied, WorkerTimeout):
+                self.spare.kill()
+                self.spare = self._spawn_runner("spare")
+                self._settle(self.spare, self.settings.startup_timeout_s)
+
+    # ---- bundles -------------------------------------------------------------------------------
+
+    def _prefetch(self) -> None:
+        s = self.settings
+        self.judge.send(P.Prepare(s.check_sets, s.scaled_variants, s.timing_sets))
+
+    def judge_bundle_wait(self) -> None:
+        if self.bundle is None and self.judge.pending:
+            replies = self.judge.drain(self.settings.judge_timeout_s)
+            for msg in replies:
+                if isinstance(msg, P.Bundle):
+                    self.bundle = msg
+                elif isinstance(msg, P.Failure):
+                    raise RuntimeError(f"the judge failed to prepare inputs: {msg.reason}")
+
+    def _take_bundle(self) -> P.Bundle:
+        self.judge_bundle_wait()
+        if self.bundle is None:
+            self._prefetch()
+            self.judge_bundle_wait()
+        b, self.bundle = self.bundle, None
+        return b
+
+    def _finish_bundle(self, b: P.Bundle) -> None:
+        self.judge.send(P.Release(b.id))
+        self.judge.drain(self.settings.judge_timeout_s)
+        self._prefetch()
+
+    @property
+    def tolerance(self) -> tuple[float, float]:
+        return self.task_info.tolerance
+
+    # ---- evaluation ----------------------------------------------------------------------------
+
+    def evaluate(self, artifact: P.Artifact, interleave_rounds: int = 0,
+                 prepare: P.Prepare | None = None) -> Outcome:
+        with self.lock:
+            key = artifact.content_hash
+            if self.failures.get(key, 0) >= self.settings.quarantine_after:
+                return Outcome(Status.REJECTED, f"quarantined: this candidate brought the evaluator down "
+                                                f"{self.failures[key]} times")
+            if prepare is not None:
+                self.judge_bundle_wait()
+                self.judge.send(prepare)
+                self.bundle = None
+            bundle = self._take_bundle()
+            fresh = isinstance(artifact, P.ModelNewArtifact)
+            try:
+                runner = self._fresh_runner() if fresh else self.runner
+            except (WorkerDied, WorkerTimeout) as exc:
+                self._finish_bundle(bundle)
+                return Outcome(Status.CRASHED, f"could not start a fresh process for the candidate: {exc}")
+            try:
+                return self._evaluate(runner, artifact, bundle, fresh, interleave_rounds)
+            finally:
+                if fresh:
+                    runner.kill()
+                self._finish_bundle(bundle)
+
+    def _call(self, runner: Worker, msg: Any, timeout: float, fresh: bool) -> Any:
+        """A request to a runner; a crash or hang becomes a Failure and the runner is replaced."""
+        try:
+            reply = runner.request(msg, timeout)
+        except WorkerTimeout:
+            self._lost(runner, fresh)
+            return P.Failure(Status.TIMEOUT.value, f"still running after {timeout:.0f} s (an endless loop or a "
+                                                   "deadlock?); the process was killed", fatal=True)
+        except WorkerDied as exc:
+            self._lost(runner, fresh)
+            return P.Failure(Status.CRASHED.value, f"the evaluator process died: {exc}", fatal=True)
+        if isinstance(reply, P.Failure) and reply.fatal:
+            self._lost(runner, fresh)
+        return reply
+
+    def _lost(self, runner: Worker, fresh: bool) -> None:
+        runner.kill()
+        if not fresh:
+            self._replace_runner()
+
+    def _evaluate(self, runner: Worker, artifact: P.Artifact, bundle: P.Bundle, fresh: bool,
+                  interleave_rounds: int) -> Outcome:
+        s = self.settings
+        key = artifact.content_hash
+        seconds: dict[str, float] = {}
+        t0 = time.perf_counter()
+        timeout = s.modelnew_timeout_s if fresh else s.check_timeout_s
+        reply = self._call(runner, P.Check(artifact, bundle, self.tolerance), timeout, fresh)
+        seconds["check"] = time.perf_counter() - t0
+        if isinstance(reply, P.Failure):
+            if reply.fatal and reply.status in (Status.CRASHED.value, Status.TIMEOUT.value):
+                self.failures[key] = self.failures.get(key, 0) + 1
+            return Outcome(Status(reply.status), reply.reason, seconds=seconds, details=reply.details)
+        check: P.CheckDone = reply
+        for label, theirs in check.fingerprints.items():
+            ours = bundle.fingerprints.get(label)
+            if ours is None or not _same_prints(ours, theirs):
+                return Outcome(Status.CRASHED, f"evaluator error: the candidate's process drew different inputs "
+                                               f"for {label} than the judge (is the task's get_inputs deterministic "
+                                               "under a seed?)", seconds=seconds)
+        t1 = time.perf_counter()
+        verdict = self.judge.request(P.Judge(bundle.id, "check", check.outputs), s.judge_timeout_s)
+        seconds["judge"] = time.perf_counter() - t1
+        if isinstance(verdict, P.Failure):
+            return Outcome(Status.CRASHED, f"evaluator error: {verdict.reason}", seconds=seconds,
+                           details=verdict.details)
+        if not verdict.ok:
+            return Outcome(Status(verdict.status), verdict.reason, kernels=check.kernels, seconds=seconds)
+        self._quiet_gpu()
+        t2 = time.perf_counter()
+        if interleave_rounds:
+            msg: Any = P.Interleave(artifact, bundle, self.tolerance, interleave_rounds)
+        else:
+            msg = P.Time(artifact, bundle, self.tolerance)
+        reply = self._call(runner, msg, s.time_timeout_s, fresh)
+        seconds["time"] = time.perf_counter() - t2
+        if isinstance(reply, P.Failure):
+            return Outcome(Status(reply.status), reply.reason, kernels=check.kernels, seconds=seconds,
+                           details=reply.details)
+        timed: P.TimeDone = reply
+        median = sorted(timed.samples_ms)[len(timed.samples_ms) // 2]
+        if timed.stray_ms > max(0.01, 0.2 * median):
+            return Outcome(Status.REJECTED, f"work outside the timed stream: {timed.stray_ms * 1e3:.1f} us of GPU work "
+                                            f"was still running after the timed region ended ({median * 1e3:.1f} us); "
+                                            "launch on the current stream", kernels=check.kernels, seconds=seconds)
+        if timed.mismatched_reps:
+            return Outcome(Status.REJECTED, "timed runs disagree with the checked run: a repetition returned "
+                                            "different outputs for the same inputs (results served from a cache, "
+                                            "or skipped work)", kernels=check.kernels, seconds=seconds)
+        t3 = time.perf_counter()
+        verdict = self.judge.request(P.Judge(bundle.id, "timing", timed.outputs), s.judge_timeout_s)
+        seconds["judge"] += time.perf_counter() - t3
+        if isinstance(verdict, P.Failure):
+            return Outcome(Status.CRASHED, f"evaluator error: {verdict.reason}", seconds=seconds)
+        if not verdict.ok:
+            return Outcome(Status(verdict.status), "on the timing inputs: " + verdict.reason,
+                           kernels=check.kernels, seconds=seconds)
+        return Outcome(Status.MEASURED, "", timed.samples_ms, timed.baseline_samples_ms, timed.stray_ms,
+                       check.kernels, seconds, timed.notes)
+
+    def baseline(self, kind: str) -> Outcome:
+        with self.lock:
+            bundle = self._take_bundle()
+            try:
+                self._quiet_gpu()
+                reply = self._call(self.runner, P.TimeBaseline(kind, bundle, self.tolerance),
+                                   self.settings.baseline_timeout_s, False)
+            finally:
+                self._finish_bundle(bundle)
+            if isinstance(reply, P.Failure):
+                return Outcome(Status(reply.status), reply.reason, details=reply.details)
+            return Outcome(Status.MEASURED, "", reply.samples_ms, stray_ms=reply.stray_ms, notes=reply.notes)
+
+    def ceilings(self):
+        from .roofline import Ceilings
+
+        with self.lock:
+            self._quiet_gpu()
+            reply = self.runner.request(P.MeasureCeilings(), self.settings.baseline_timeout_s)
+            if isinstance(reply, P.Failure):
+                raise RuntimeError(f"could not measure the GPU's ceilings: {reply.reason}")
+            return Ceilings(**reply)
+
+    def close(self) -> None:
+        for w in (self.runner, self.spare, self.judge):
+            if w is None:
+                continue
+            try:
+                if w.alive():
+                    w.conn.send(P.Shutdown())
+            except OSError:
+                pass
+        for w in (self.runner, self.spare, self.judge):
+            if w is not None:
+                w.proc.join(2)
+                w.kill()
+        remove_scratch(self.scratch)
+
+
+def _same_prints(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+    if len(a) != len(b):
+        return False
+    return all(x == y or abs(x - y) <= 1e-9 * max(abs(x), abs(y)) for x, y in zip(a, b))

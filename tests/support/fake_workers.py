@@ -1,0 +1,68 @@
+"""Stand-ins for the GPU processes, to test the supervisor's process logic on any machine.
+
+The fake runner obeys the candidate: a ProgramArtifact whose program says {"behaviour": X}
+answers normally ("ok"), dies ("die"), hangs ("hang") or reports a fatal CUDA error ("cuda_error").
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from core.evaluation import protocol as P
+
+GPU = {"name": "Fake GPU", "arch": "sm_90", "l2_bytes": 1 << 20, "shared_per_block_optin": 49152}
+
+
+def _behaviour(artifact) -> str:
+    if isinstance(artifact, P.ProgramArtifact):
+        return artifact.program.get("behaviour", "ok")
+    return "ok"
+
+
+def fake_runner_main(conn, device_index, role, scratch):
+    conn.send(P.Ready(role, os.getpid(), dict(GPU), 0.0))
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            os._exit(0)
+        if isinstance(msg, P.Shutdown):
+            os._exit(0)
+        if isinstance(msg, P.SetTask):
+            conn.send(P.TaskReady((1e-4, 1e-4)))
+        elif isinstance(msg, P.Activate):
+            conn.send(P.Verdict(True))
+        elif isinstance(msg, (P.Check, P.Time)):
+            b = _behaviour(msg.artifact)
+            if b == "die":
+                os._exit(9)
+            if b == "hang":
+                time.sleep(3600)
+            if b == "cuda_error":
+                conn.send(P.Failure("crashed", "CUDA error: an illegal memory access was encountered", fatal=True))
+                os._exit(70)
+            if isinstance(msg, P.Check):
+                conn.send(P.CheckDone((), dict(msg.bundle.fingerprints), [{"pid": os.getpid(), "name": "k"}]))
+            else:
+                conn.send(P.TimeDone([1.0 + 0.01 * i for i in range(21)], 0.0, (), 0))
+        elif isinstance(msg, P.TimeBaseline):
+            conn.send(P.TimeDone([2.0] * 21, 0.0, (), 0))
+
+
+def fake_judge_main(conn, device_index, scratch):
+    conn.send(P.Ready("judge", os.getpid(), dict(GPU), 0.0))
+    next_id = 1
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            os._exit(0)
+        if isinstance(msg, P.Shutdown):
+            os._exit(0)
+        if isinstance(msg, P.SetTask):
+            conn.send(P.TaskReady((1e-4, 1e-4), flops=0))
+        elif isinstance(msg, P.Prepare):
+            conn.send(P.Bundle(next_id, (), (), {"set0": (1.0, 2.0)}))
+            next_id += 1
+        elif isinstance(msg, (P.Judge, P.Release)):
+            conn.send(P.Verdict(True))

@@ -1,0 +1,195 @@
+"""CPU tests of the evaluator's pure logic: comparisons, poison, the no-fallback guard, tensor
+files, timing statistics, ptxas parsing, cache keys of baselines and ceilings."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from core.evaluation.channel import read_tensor, remove_scratch, scratch_dir, write_tensor
+from core.evaluation.compare import close_mask, compare, fingerprint, poison_, poisoned_mask
+from core.evaluation.evaluator import Baselines, baselines_path, parse_ptxas_spills
+from core.evaluation.guard import guarded
+from core.evaluation.results import EvalResult, Status, Timing
+from core.evaluation.roofline import Ceilings, floor_ms, load_ceilings, save_json_atomic, ceilings_path
+
+
+# ---- compare ---------------------------------------------------------------------------------------
+
+def test_compare_accepts_within_tolerance_and_names_the_worst_element():
+    ref = torch.randn(64, 32, dtype=torch.float64)
+    assert compare(ref.float(), ref, 1e-4, 1e-4) is None
+    out = ref.float().clone()
+    out[3, 7] += 0.5
+    reason = compare(out, ref, 1e-4, 1e-4)
+    assert "1 of 2048 elements" in reason and "(3, 7)" in reason
+
+
+def test_compare_checks_the_relative_error_norm():
+    ref = torch.ones(10000, dtype=torch.float64)
+    out = (ref * (1 + 0.9e-4)).float()          # each element within rtol, the norm is not
+    assert compare(out, ref, 1e-4, 1e-4) is None or "norm" in compare(out, ref, 1e-4, 1e-4)
+    out = (ref * (1 + 1.5e-4)).float()
+    assert compare(out, ref, 1e-4, 1e-4) is not None
+
+
+def test_compare_nan_and_inf_must_match():
+    ref = torch.tensor([1.0, float("nan"), float("inf"), 2.0], dtype=torch.float64)
+    assert compare(ref.float(), ref, 1e-4, 1e-4) is None
+    bad = ref.float().clone()
+    bad[0] = float("nan")
+    assert "NaN output" in compare(bad, ref, 1e-4, 1e-4)
+    bad = ref.float().clone()
+    bad[1] = 0.0
+    assert "not NaN" in compare(bad, ref, 1e-4, 1e-4)
+    bad = ref.float().clone()
+    bad[2] = -float("inf")
+    assert "Inf" in compare(bad, ref, 1e-4, 1e-4)
+
+
+def test_compare_rejects_shape_and_non_tensor():
+    ref = torch.zeros(4, dtype=torch.float64)
+    assert "shape" in compare(torch.zeros(5), ref, 1e-4, 1e-4)
+
+    class Sneaky(torch.Tensor):
+        pass
+
+    assert "not a plain torch.Tensor" in compare(torch.zeros(4).as_subclass(Sneaky), ref, 1e-4, 1e-4)
+
+
+def test_integer_outputs_compare_exactly():
+    ref = torch.tensor([1, 2, 3])
+    assert compare(ref.clone(), ref, 0, 0) is None
+    assert compare(torch.tensor([1, 2, 4]), ref, 0, 0) is not None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32])
+def test_poison_is_detected_and_differs_from_arithmetic(dtype):
+    t = torch.empty(100, dtype=dtype)
+    poison_(t)
+    assert bool(poisoned_mask(t).all())
+    if dtype.is_floating_point:
+        assert bool(torch.isnan(t).all())
+        computed = torch.zeros(100, dtype=dtype) / torch.zeros(100, dtype=dtype)   # arithmetic NaN
+        assert not bool(poisoned_mask(computed).any())
+    t[:10] = 1
+    assert int(poisoned_mask(t).sum()) == 90
+    poison_(t, 1)
+    assert bool(poisoned_mask(t, 1).all())
+
+
+def test_close_mask_treats_matching_nans_as_equal():
+    a = torch.tensor([float("nan"), 1.0])
+    assert bool(close_mask(a, a.clone(), 0, 0).all())
+
+
+def test_fingerprint_is_sensitive_to_order_and_values():
+    a, b = torch.arange(10.0), torch.arange(10.0).flip(0)
+    assert fingerprint([a]) == fingerprint([a.clone()])
+    assert fingerprint([a]) != fingerprint([b])
+    assert fingerprint([a, 3]) != fingerprint([a, 4])
+
+
+# ---- guard -----------------------------------------------------------------------------------------
+
+def test_guard_allows_allocation_views_and_metadata():
+    x = torch.randn(4, 4)
+
+    def ok():
+        y = torch.empty_like(x).view(16).reshape(4, 4).t()
+        z = torch.zeros(3)
+        return y.shape, x.stride(), z, x.numel()
+
+    _, guard = guarded(ok)
+    assert guard.reason is None
+
+
+@pytest.mark.parametrize("fn", [lambda x: x @ x, lambda x: x.relu(), lambda x: x + 1, lambda x: x.t().contiguous(),
+                                lambda x: torch.nn.functional.gelu(x), lambda x: x.clone(), lambda x: x.sum()])
+def test_guard_catches_compute(fn):
+    _, guard = guarded(fn, torch.randn(4, 4))
+    assert guard.reason and "calls PyTorch" in guard.reason
+
+
+def test_guard_records_even_when_the_candidate_swallows_the_error():
+    x = torch.randn(4)
+
+    def sneaky():
+        try:
+            return x * 2
+        except Exception:
+            return torch.empty_like(x)
+
+    _, guard = guarded(sneaky)
+    assert "aten.mul" in guard.reason
+
+
+# ---- tensor files ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.float16])
+def test_tensor_file_round_trip(dtype):
+    folder = scratch_dir(min_free_bytes=1 << 20)
+    try:
+        x = (torch.randn(7, 5) * 100).to(dtype)
+        ref = write_tensor(folder, x.t(), "a")           # non-contiguous input is handled
+        y = read_tensor(ref, "cpu")
+        assert torch.equal(y, x.t())
+        assert not list(folder.iterdir()), "the file is removed after reading"
+    finally:
+        remove_scratch(folder)
+
+
+def test_tensor_file_with_wrong_size_is_refused(tmp_path):
+    x = torch.randn(10)
+    ref = write_tensor(tmp_path, x, "b")
+    with open(ref.path, "ab") as f:
+        f.write(b"1234")
+    with pytest.raises(ValueError, match="expected 40"):
+        read_tensor(ref, "cpu")
+
+
+# ---- timing, results, ptxas ------------------------------------------------------------------------
+
+def test_timing_statistics():
+    t = Timing.from_samples([5.0, 1.0, 3.0, 2.0, 4.0])
+    assert (t.median_ms, t.min_ms, t.max_ms, t.reps) == (3.0, 1.0, 5.0, 5)
+    assert t.q1_ms == 2.0 and t.q3_ms == 4.0
+    assert math.isclose(t.spread, 2.0 / 3.0)
+    with pytest.raises(ValueError):
+        Timing.from_samples([])
+
+
+def test_eval_result_serialises_its_status():
+    r = EvalResult(Status.WRONG, "bad")
+    assert r.to_dict()["status"] == "wrong" and not r.ok
+
+
+def test_ptxas_spill_parsing():
+    log = """ptxas info    : Compiling entry function 'k' for 'sm_90'
+ptxas info    : Function properties for k
+ptxas         .     16 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads
+ptxas info    : Used 10 registers, used 1 barriers, 1024 bytes smem
+ptxas info    : Function properties for other
+ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"""
+    assert parse_ptxas_spills(log) == {"k": (16, 8, 4), "other": (0, 0, 0)}
+
+
+def test_roofline_floor():
+    c = Ceilings(copy_gbps=4000.0, gemm_tflops={"float32": 50.0, "bfloat16": 800.0})
+    # memory bound: 4 GB at 4 TB/s = 1 ms
+    assert math.isclose(floor_ms(4_000_000_000, 0, "float32", c), 1.0)
+    # compute bound: 100 TFLOP at 50 TFLOP/s = 2 s
+    assert math.isclose(floor_ms(1000, 100 * 10**12, "float32", c), 2000.0)
+    assert math.isclose(floor_ms(1000, 800 * 10**12, "bfloat16", c), 1000.0)
+
+
+def test_ceilings_and_baselines_cache_round_trip(tmp_cache):
+    c = Ceilings(copy_gbps=4270.0, gemm_tflops={"float32": 51.2}, gpu="H200")
+    save_json_atomic(ceilings_path("H200-9.0-torch"), c.to_json())
+    assert load_ceilings("H200-9.0-torch") == c
+    ceilings_path("broken").write_text("{not json")
+    assert load_ceilings("broken") is None
+    b = Baselines(eager=Timing.from_samples([1.0, 2.0, 3.0]), task_hash="abc", gpu="H200")
+    assert Baselines.from_json(b.to_json()) == b
+    assert baselines_path("abc", "k1") != baselines_path("abd", "k1") != baselines_path("abc", "k2")

@@ -1,0 +1,91 @@
+"""The supervisor's process logic, with fake workers: deadlines kill, deaths are survived, the
+spare takes over at once, ModelNew candidates get fresh processes, repeat offenders are quarantined."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from core.evaluation import protocol as P
+from core.evaluation.results import Status
+from core.evaluation.supervisor import GpuSupervisor, SupervisorSettings
+from tests.support.fake_workers import fake_judge_main, fake_runner_main
+
+
+def program(behaviour: str, tag: str = "") -> P.ProgramArtifact:
+    return P.ProgramArtifact({"behaviour": behaviour}, b"", f"{behaviour}{tag}")
+
+
+@pytest.fixture
+def supervisor():
+    s = SupervisorSettings(check_timeout_s=2.0, time_timeout_s=2.0, modelnew_timeout_s=2.0, startup_timeout_s=60)
+    sup = GpuSupervisor(0, "task", "source", s, runner_target=fake_runner_main, judge_target=fake_judge_main)
+    yield sup
+    sup.close()
+
+
+def test_good_candidate_is_measured(supervisor):
+    out = supervisor.evaluate(program("ok"))
+    assert out.status is Status.MEASURED
+    assert len(out.samples_ms) == 21
+
+
+def test_hang_is_killed_at_the_deadline_and_service_resumes(supervisor):
+    old_pid = supervisor.runner.proc.pid
+    t0 = time.monotonic()
+    out = supervisor.evaluate(program("hang"))
+    elapsed = time.monotonic() - t0
+    assert out.status is Status.TIMEOUT
+    assert "still running after 2 s" in out.reason
+    assert elapsed < 2.0 + 5.0
+    assert supervisor.runner.proc.pid != old_pid
+    assert supervisor.recoveries and supervisor.recoveries[-1] < 3.0
+    assert supervisor.evaluate(program("ok", "again")).status is Status.MEASURED
+
+
+@pytest.mark.parametrize("behaviour", ["die", "cuda_error"])
+def test_crash_is_survived(supervisor, behaviour):
+    old_pid = supervisor.runner.proc.pid
+    out = supervisor.evaluate(program(behaviour))
+    assert out.status is Status.CRASHED
+    assert supervisor.runner.proc.pid != old_pid
+    assert supervisor.evaluate(program("ok")).status is Status.MEASURED
+    assert supervisor.recoveries[-1] < 3.0
+
+
+def test_dead_process_reason_names_the_signal_or_code(supervisor):
+    out = supervisor.evaluate(program("die"))
+    assert "exited with code 9" in out.reason
+
+
+def test_candidate_that_crashes_twice_is_quarantined(supervisor):
+    assert supervisor.evaluate(program("die")).status is Status.CRASHED
+    assert supervisor.evaluate(program("die")).status is Status.CRASHED
+    out = supervisor.evaluate(program("die"))
+    assert out.status is Status.REJECTED and "quarantined" in out.reason
+    assert supervisor.evaluate(program("ok")).status is Status.MEASURED
+
+
+def test_modelnew_candidates_get_a_fresh_process_each(supervisor):
+    warm = supervisor.runner.proc.pid
+    pids = set()
+    for i in range(2):
+        art = P.ModelNewArtifact("class ModelNew: pass", "m", f"hash{i}")
+        out = supervisor.evaluate(art)
+        assert out.status is Status.MEASURED
+        pids.add(out.kernels[0]["pid"])
+    assert warm not in pids and len(pids) == 2
+    assert supervisor.runner.proc.pid == warm
+
+
+def test_baseline_goes_through_the_warm_runner(supervisor):
+    out = supervisor.baseline("eager")
+    assert out.status is Status.MEASURED and out.samples_ms[0] == 2.0
+
+
+def test_close_ends_every_process():
+    s = SupervisorSettings(startup_timeout_s=60)
+    sup = GpuSupervisor(0, "task", "source", s, runner_target=fake_runner_main, judge_target=fake_judge_main)
+    workers = [sup.runner, sup.spare, sup.judge]
+    sup.close()
+    assert not any(w.alive() for w in workers)
