@@ -133,8 +133,9 @@ class Judge:
         return bundle
 
     def judge(self, msg: P.Judge) -> P.Verdict:
-        from .channel import read_tensor
+        from .channel import read_output
         from .compare import compare
+        from .protocol import TensorFile
 
         torch = self.torch
         entry = self.bundles.get(msg.bundle_id)
@@ -157,15 +158,23 @@ class Judge:
                     if tuple(f.shape) != tuple(spec.shape) or f.dtype != spec.dtype:
                         return P.Verdict(False, Status.REJECTED.value,
                                          f"output {j} is {f.dtype} {tuple(f.shape)}, expected {spec.dtype} {tuple(spec.shape)}")
-                    outs.append(read_tensor(f, self.device))
+                    if not isinstance(f, TensorFile) and not msg.allow_ipc:
+                        return P.Verdict(False, Status.REJECTED.value,
+                                         "the candidate's process sent a device handle where a file was expected")
+                    if isinstance(f, TensorFile) and f.numel != _numel(spec.shape):
+                        return P.Verdict(False, Status.REJECTED.value, f"output {j} has the wrong size")
+                    if not isinstance(f, TensorFile) and f.nbytes != _numel(spec.shape) * _itemsize(spec.dtype):
+                        return P.Verdict(False, Status.REJECTED.value, f"output {j} has the wrong size")
+                    outs.append(read_output(f, self.device))
                 received.append(outs)
         finally:
             for files in msg.outputs:
                 for f in files:
-                    try:
-                        os.unlink(f.path)
-                    except OSError:
-                        pass
+                    if isinstance(f, TensorFile):
+                        try:
+                            os.unlink(f.path)
+                        except OSError:
+                            pass
         # Constant output: identical answers for different inputs whose references differ.
         fresh_idx = [i for i, s in enumerate(sets) if s.scale is None]
         for a in range(len(fresh_idx)):
@@ -191,6 +200,19 @@ class Judge:
     def release(self, msg: P.Release) -> P.Verdict:
         self.bundles.pop(msg.bundle_id, None)
         return P.Verdict(True)
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _itemsize(dtype: str) -> int:
+    from .roofline import spec_bytes
+
+    return spec_bytes((1,), dtype)
 
 
 def _as_list(out) -> list:

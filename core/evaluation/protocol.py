@@ -26,6 +26,23 @@ class TensorFile:
 
 
 
+@dataclass(frozen=True)
+class GpuTensorRef:
+    """A copy of a tensor in a dedicated device allocation of the runner, shared by CUDA IPC.
+
+    The runner copies each output into its own cudaMalloc block (so the handle exposes nothing
+    else of its memory) and frees the blocks at its next request, after the judge has read them.
+    """
+
+    handle: bytes
+    nbytes: int
+    shape: tuple[int, ...]
+    dtype: str
+
+
+OutputRef = TensorFile | GpuTensorRef
+
+
 # ---- what a candidate is, as the runner receives it -------------------------------------------
 
 @dataclass(frozen=True)
@@ -133,7 +150,10 @@ class Interleave:
 class Judge:
     bundle_id: int
     phase: str                                   # "check" or "timing"
-    outputs: tuple[tuple[TensorFile, ...], ...]  # per input set, per output
+    outputs: tuple[tuple[OutputRef, ...], ...]   # per input set, per output
+    # Device handles only from processes whose Python is ours (KernelProgram runners); a ModelNew
+    # process could forge a handle's size and crash the judge, so its outputs come as files.
+    allow_ipc: bool = False
 
 
 @dataclass(frozen=True)
@@ -176,7 +196,7 @@ class Failure:
 
 @dataclass
 class CheckDone:
-    outputs: tuple[tuple[TensorFile, ...], ...]
+    outputs: tuple[tuple[OutputRef, ...], ...]
     fingerprints: dict[str, tuple[float, ...]]
     kernels: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
@@ -194,7 +214,7 @@ class Verdict:
 class TimeDone:
     samples_ms: list[float]
     stray_ms: float                       # median GPU time after the timed stream ended
-    outputs: tuple[tuple[TensorFile, ...], ...]
+    outputs: tuple[tuple[OutputRef, ...], ...]
     mismatched_reps: int
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)

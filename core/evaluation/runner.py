@@ -62,6 +62,9 @@ class Runner:
         self.modelnew_hash = ""
         self.calibrated = False
         self.compiled_model = None
+        from .channel import IpcExporter
+
+        self.exporter = IpcExporter()
 
     # ---- setup ---------------------------------------------------------------------------------
 
@@ -128,6 +131,8 @@ class Runner:
                                        + _short_exc(exc)) from exc
             self.modelnew_cls = cls
             self.modelnew_hash = artifact.content_hash
+            # From here on this process runs someone else's Python: outputs go through files.
+            self.exporter.broken = "a ModelNew process hands its outputs over as files"
         elif self.modelnew_hash != artifact.content_hash:
             raise CandidateFailure(Status.CRASHED, "internal: a ModelNew process got a second candidate")
         return ModelNewInstance(self.modelnew_cls, self)
@@ -140,7 +145,7 @@ class Runner:
     # ---- phases --------------------------------------------------------------------------------
 
     def check(self, msg: P.Check) -> P.CheckDone:
-        from .channel import write_tensor
+        from .channel import write_output
         from .compare import close_mask, poisoned_mask
 
         torch = self.torch
@@ -176,7 +181,7 @@ class Runner:
                             f"{n_diff} of {a.numel()} elements of output {j} (a race, e.g. a missing "
                             "__syncthreads?)")
                 del first
-            outputs.append(tuple(write_tensor(self.scratch, o, f"c{i}o{j}") for j, o in enumerate(outs)))
+            outputs.append(tuple(write_output(self.scratch, self.exporter, o, f"c{i}o{j}") for j, o in enumerate(outs)))
             bound.release(outs)
             del outs, snapshot, bound, model, inputs
         kernels = cand.kernel_stats() if hasattr(cand, "kernel_stats") else []
@@ -211,8 +216,8 @@ class Runner:
         torch = self.torch
         tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
         for k, (x, before) in enumerate(zip(tensors, snapshot)):
-            same = torch.equal(x, before) if not x.is_floating_point() else bool(
-                ((x == before) | (torch.isnan(x) & torch.isnan(before))).all())
+            same = torch.equal(x, before) or (x.is_floating_point() and bool(
+                ((x == before) | (torch.isnan(x) & torch.isnan(before))).all()))
             if not same:
                 name = self.task.input_names[k] if k < len(self.task.input_names) else f"#{k}"
                 raise CandidateFailure(Status.REJECTED, f"mutates its input '{name}': inputs must be "
@@ -247,7 +252,7 @@ class Runner:
         return model, live, live_tensors, sources
 
     def time(self, msg: P.Time | P.Interleave) -> P.TimeDone:
-        from .channel import write_tensor
+        from .channel import write_output
 
         t0 = time.perf_counter()
         self.activate()
@@ -273,7 +278,7 @@ class Runner:
                 samples += c.samples_ms
                 baseline += e.samples_ms
             bound.raise_violations()
-        outputs = tuple(tuple(write_tensor(self.scratch, o, f"t{k}o{j}") for j, o in enumerate(outs))
+        outputs = tuple(tuple(write_output(self.scratch, self.exporter, o, f"t{k}o{j}") for j, o in enumerate(outs))
                         for k, outs in enumerate(run.first_outputs))
         return P.TimeDone(samples, run.stray_ms, outputs, run.mismatched_reps,
                           time.perf_counter() - t0, notes, baseline)
@@ -535,6 +540,7 @@ class BoundModelNew:
             raise CandidateFailure(Status.CRASHED, "ModelNew(...) failed to build: " + _short_exc(exc)) from exc
         self.module = m
         self.inputs = inputs
+        self.runner = runner
         self.violation: str | None = None
 
     def call(self):
@@ -633,6 +639,7 @@ def runner_main(conn, device_index: int, role: str, scratch: str) -> None:
                 os._exit(FATAL_EXIT)
             continue
         try:
+            runner.exporter.release()      # the judge has read the previous request's outputs
             reply = handlers[type(msg)](msg)
             runner.torch.cuda.synchronize()
             conn.send(reply)

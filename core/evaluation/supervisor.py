@@ -106,10 +106,15 @@ class Worker:
     def alive(self) -> bool:
         return self.proc.is_alive()
 
-    def kill(self) -> None:
+    def kill(self, wait: bool = False) -> None:
+        """SIGKILL. A process whose CUDA context is being torn down can take seconds to go, so
+        it is reaped in the background unless `wait` is asked for."""
         if self.proc.is_alive():
             self.proc.kill()
-        self.proc.join(5)
+        if wait:
+            self.proc.join(10)
+        else:
+            threading.Thread(target=self.proc.join, name=f"reap-{self.role}", daemon=True).start()
         try:
             self.conn.close()
         except OSError:
@@ -211,15 +216,9 @@ class GpuSupervisor:
         self.recoveries.append(time.monotonic() - t0)
 
     def _quiet_gpu(self) -> None:
-        """Nothing but the timed process may use the GPU while it times."""
+        """No other kernels may run while a candidate is timed: the judge finishes its work first.
+        (A spare that is still starting creates a context and allocates, but launches nothing.)"""
         self.judge_bundle_wait()
-        if self.spare is not None:
-            try:
-                self._settle(self.spare, self.settings.startup_timeout_s)
-            except (WorkerDied, WorkerTimeout):
-                self.spare.kill()
-                self.spare = self._spawn_runner("spare")
-                self._settle(self.spare, self.settings.startup_timeout_s)
 
     # ---- bundles -------------------------------------------------------------------------------
 
@@ -262,10 +261,12 @@ class GpuSupervisor:
             if self.failures.get(key, 0) >= self.settings.quarantine_after:
                 return Outcome(Status.REJECTED, f"quarantined: this candidate brought the evaluator down "
                                                 f"{self.failures[key]} times")
-            if prepare is not None:
+            if prepare is not None:     # a custom bundle (e.g. more input sets to re-verify)
                 self.judge_bundle_wait()
+                if self.bundle is not None:
+                    self.judge.send(P.Release(self.bundle.id))
+                    self.bundle = None
                 self.judge.send(prepare)
-                self.bundle = None
             bundle = self._take_bundle()
             fresh = isinstance(artifact, P.ModelNewArtifact)
             try:
@@ -321,7 +322,7 @@ class GpuSupervisor:
                                                f"for {label} than the judge (is the task's get_inputs deterministic "
                                                "under a seed?)", seconds=seconds)
         t1 = time.perf_counter()
-        verdict = self.judge.request(P.Judge(bundle.id, "check", check.outputs), s.judge_timeout_s)
+        verdict = self.judge.request(P.Judge(bundle.id, "check", check.outputs, allow_ipc=not fresh), s.judge_timeout_s)
         seconds["judge"] = time.perf_counter() - t1
         if isinstance(verdict, P.Failure):
             return Outcome(Status.CRASHED, f"evaluator error: {verdict.reason}", seconds=seconds,
@@ -350,7 +351,7 @@ class GpuSupervisor:
                                             "different outputs for the same inputs (results served from a cache, "
                                             "or skipped work)", kernels=check.kernels, seconds=seconds)
         t3 = time.perf_counter()
-        verdict = self.judge.request(P.Judge(bundle.id, "timing", timed.outputs), s.judge_timeout_s)
+        verdict = self.judge.request(P.Judge(bundle.id, "timing", timed.outputs, allow_ipc=not fresh), s.judge_timeout_s)
         seconds["judge"] += time.perf_counter() - t3
         if isinstance(verdict, P.Failure):
             return Outcome(Status.CRASHED, f"evaluator error: {verdict.reason}", seconds=seconds)
@@ -395,11 +396,11 @@ class GpuSupervisor:
         for w in (self.runner, self.spare, self.judge):
             if w is not None:
                 w.proc.join(2)
-                w.kill()
+                w.kill(wait=True)
         remove_scratch(self.scratch)
 
 
 def _same_prints(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
     if len(a) != len(b):
         return False
-    return all(x == y or abs(x - y) <= 1e-9 * max(abs(x), abs(y)) for x, y in zip(a, b))
+    return all(x == y or (x != x and y != y) or abs(x - y) <= 1e-9 * max(abs(x), abs(y)) for x, y in zip(a, b))

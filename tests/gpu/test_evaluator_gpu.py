@@ -110,3 +110,12 @@ def test_baselines_and_speedups(evaluators, tmp_path, monkeypatch):
     r = ev.evaluate(load_solution(PROGRAMS / "act_gelu.json"))
     assert r.ok, r.reason
     assert r.measurement.speedup_eager == pytest.approx(b.eager.median_ms / r.measurement.median_ms)
+
+
+def test_interleaved_remeasure_against_eager(evaluators):
+    ev = evaluators("act_gelu")
+    out = ev.remeasure(load_solution(PROGRAMS / "act_gelu.json"), rounds=5)
+    assert isinstance(out, tuple), out
+    cand, eager = out
+    assert cand.reps == 10 and eager.reps == 10
+    assert 0.2 < eager.median_ms / cand.median_ms < 5
