@@ -53,6 +53,7 @@ class Worker:
         child.close()
         self.ready: P.Ready | None = None
         self.pending = 0              # replies still owed for requests sent without waiting
+        self.exited_at: float | None = None   # monotonic time the process was reaped
 
     def send(self, msg: Any) -> None:
         self.conn.send(msg)
@@ -103,6 +104,11 @@ class Worker:
             return f"{self.role} process was killed by signal {-code}"
         return f"{self.role} process exited with code {code}"
 
+    def _reap(self, timeout: float | None = None) -> None:
+        self.proc.join(timeout)
+        if self.proc.exitcode is not None and self.exited_at is None:
+            self.exited_at = time.monotonic()
+
     def alive(self) -> bool:
         return self.proc.is_alive()
 
@@ -112,9 +118,9 @@ class Worker:
         if self.proc.is_alive():
             self.proc.kill()
         if wait:
-            self.proc.join(10)
+            self._reap(10)
         else:
-            threading.Thread(target=self.proc.join, name=f"reap-{self.role}", daemon=True).start()
+            threading.Thread(target=self._reap, name=f"reap-{self.role}", daemon=True).start()
         try:
             self.conn.close()
         except OSError:
