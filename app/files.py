@@ -10,7 +10,6 @@ PROGRAMS_DIR = REPO_ROOT / "resources" / "programs"
 
 TASK_FILTER = "Task files (*.py);;All files (*)"
 PROGRAM_FILTER = "Kernel programs and ModelNew solutions (*.json *.py);;All files (*)"
-ANY_FILTER = "Tasks and programs (*.py *.json);;All files (*)"
 
 
 def file_kind(path: str | Path) -> str:

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (QComboBox, QDockWidget, QFileDialog, QLabel, QMai
                                QSplitter, QStackedWidget, QStyle, QVBoxLayout, QWidget)
 
 from app import gpu_status
-from app.files import ANY_FILTER, EXAMPLES_DIR, PROGRAM_FILTER, PROGRAMS_DIR, TASK_FILTER, file_kind
+from app.files import EXAMPLES_DIR, PROGRAM_FILTER, PROGRAMS_DIR, TASK_FILTER, file_kind
 from app.gpu_status import GpuState
 from app.log_view import LogView
 from app.program_info import LoadedProgram, compile_unavailable_reason, load_program, summary
@@ -143,7 +143,7 @@ class MainWindow(QMainWindow):
         self.log_dock.setObjectName("logDock")
         self.log_dock.setWidget(self.log_view)
         self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.log_dock)
-        self.resizeDocks([self.task_dock], [340], Qt.Orientation.Horizontal)
+        self.resizeDocks([self.task_dock], [360], Qt.Orientation.Horizontal)
         self.resizeDocks([self.log_dock], [170], Qt.Orientation.Vertical)
 
     def _make_menus_and_toolbar(self) -> None:
@@ -204,7 +204,8 @@ class MainWindow(QMainWindow):
     def _restore_layout(self) -> None:
         geometry = read_bytes(self.settings, GEOMETRY_KEY)
         if geometry.isEmpty() or not self.restoreGeometry(geometry):
-            self.resize(1360, 860)
+            available = self.screen().availableGeometry()
+            self.resize(min(1360, int(available.width() * 0.9)), min(860, int(available.height() * 0.9)))
         state = read_bytes(self.settings, STATE_KEY)
         if not state.isEmpty():
             self.restoreState(state)

@@ -57,8 +57,7 @@ class TaskPanel(QWidget):
         self.tensors.setAlternatingRowColors(True)
         header = self.tensors.header()
         header.setStretchLastSection(False)
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        for column in (1, 2, 3):
+        for column in (0, 1, 2, 3):  # names are never cut; a very long one scrolls instead
             header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
 
         form = QFormLayout()

@@ -69,6 +69,8 @@ class WelcomePage(QWidget):
         recent_title = QLabel("Recent files")
         recent_title.setObjectName("sectionTitle")
         self.recent = QListWidget()
+        self.recent.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.recent.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.recent.itemActivated.connect(self._recent_activated)
         self.recent_empty = QLabel("Files you open appear here.")
         self.recent_empty.setObjectName("hint")
@@ -80,8 +82,8 @@ class WelcomePage(QWidget):
 
         columns = QHBoxLayout()
         columns.setSpacing(24)
-        columns.addLayout(left, 3)
-        columns.addLayout(right, 1)
+        columns.addLayout(left, 5)
+        columns.addLayout(right, 2)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(32, 24, 32, 20)
@@ -141,7 +143,7 @@ class WelcomePage(QWidget):
         self.recent.clear()
         for path in paths:
             p = Path(path)
-            item = QListWidgetItem(f"{p.name}   —   {p.parent}")
+            item = QListWidgetItem(f"{p.name}\n{p.parent}")
             item.setToolTip(path)
             item.setData(Qt.ItemDataRole.UserRole, path)
             self.recent.addItem(item)

@@ -68,6 +68,8 @@ def main() -> int:
                            "the compile check")
         window.reference_pane.view.go_to_line(1)
         window.program_pane.view.go_to_line(1)
+    if app.focusWidget() is not None:
+        app.focusWidget().clearFocus()  # no text caret in the picture
     for _ in range(20):
         app.processEvents()
     args.output.parent.mkdir(parents=True, exist_ok=True)

@@ -41,12 +41,12 @@ GOOD_KERNEL = (
 BROKEN_KERNEL = GOOD_KERNEL.replace("2.0f * x[i]", "2.0f * x[i] + not_declared")
 
 
-def program_json(source: str, name: str = "scale") -> str:
+def program_json(source: str, name: str = "scale", kernel: str = "scale") -> str:
     return json.dumps({
         "format": "cuda-agent/program@1", "name": name, "source": source,
         "tunables": {"BLOCK": [256, 128]},
         "buffers": [{"name": "y", "shape": ["x.shape[0]"], "dtype": "dtype(x)"}],
-        "launches": [{"kernel": "scale", "grid": ["cdiv(x.numel, BLOCK)"], "block": ["BLOCK"],
+        "launches": [{"kernel": kernel, "grid": ["cdiv(x.numel, BLOCK)"], "block": ["BLOCK"],
                       "args": ["x", "y", "int64(x.numel)"]}],
         "outputs": ["y"],
     }, indent=2)
@@ -177,12 +177,12 @@ def test_recent_files_survive_a_bad_settings_value(make_window, isolated_setting
 
 def test_window_layout_is_saved_and_restored(qtbot, make_window):
     window = make_window()
-    window.resize(1000, 700)
+    window.resize(720, 520)  # inside the offscreen screen (800 x 600): restoreGeometry clamps
     window.close()
     settings = open_settings()
     assert settings.contains(GEOMETRY_KEY) and settings.contains(STATE_KEY)
     again = make_window()
-    assert (again.width(), again.height()) == (1000, 700)
+    assert (again.width(), again.height()) == (720, 520)
 
 
 # ---- errors never block ------------------------------------------------------------------------
@@ -213,7 +213,7 @@ def test_missing_file_is_reported(qtbot, make_window, tmp_path):
 
 def test_bad_program_shows_program_error(qtbot, make_window, tmp_path):
     bad = tmp_path / "bad.json"
-    bad.write_text(program_json(GOOD_KERNEL).replace('"scale", "grid"', '"no_such_kernel", "grid"'))
+    bad.write_text(program_json(GOOD_KERNEL, kernel="no_such_kernel"))
     with pytest.raises(ProgramError) as expected:
         load_solution(bad.resolve())
     window = make_window()
@@ -322,6 +322,12 @@ def test_gui_process_creates_no_cuda_context(qtbot, make_window):
     wait_for_task(qtbot, window)
     qtbot.waitUntil(lambda: window.gpu is not gpu_status.CHECKING, timeout=150_000)
     qtbot.waitUntil(lambda: bool(window.welcome.example_names()), timeout=LOAD_MS)
+    if nvrtc_info()[0]:  # a compile check loads NVRTC here (through CuPy) but needs no context
+        window.open_program_file(PROGRAMS / "act_gelu.json")
+        wait_for_program(qtbot, window)
+        window.check_compile()
+        qtbot.waitUntil(lambda: window.last_compile is not None, timeout=120_000)
+        assert window.last_compile.ok, window.last_compile.log
     assert not torch.cuda.is_initialized()
 
 
@@ -369,6 +375,15 @@ def test_main_py_help_runs_without_a_display():
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "FILE" in done.stdout
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="X11/Wayland display check is Linux-only")
+def test_main_py_without_a_display_explains_instead_of_aborting():
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
+    done = subprocess.run([sys.executable, "main.py"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2
+    assert "No display found" in done.stderr and "QT_QPA_PLATFORM=offscreen" in done.stderr
 
 
 def test_main_py_launches_opens_a_task_and_quits(tmp_path):

@@ -36,7 +36,7 @@ def is_cuda_error(exc: BaseException) -> bool:
 
 def _cuda_reason(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return f"CUDA error: {text}"
+    return text if text.startswith("CUDA error") else f"CUDA error: {text}"
 
 
 class Runner:
