@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 console = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)  # messages stay whole lines
 
 EXIT_OK, EXIT_REJECTED, EXIT_BAD_INPUT, EXIT_UNAVAILABLE = 0, 1, 2, 3
 

@@ -4,6 +4,22 @@ from __future__ import annotations
 from typing import Any
 
 
+def init_evaluator_process(device_index: int):
+    """Common set-up of judge and runner processes; returns the torch device.
+
+    Precision is the task's: no TF32 unless the reference itself asks for it. Nothing needs
+    gradients.
+    """
+    import torch
+
+    device = torch.device("cuda", device_index)
+    torch.cuda.set_device(device)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_grad_enabled(False)
+    return device
+
+
 def describe_gpu(device) -> dict[str, Any]:
     import torch
 

@@ -19,14 +19,10 @@ class Judge:
     def __init__(self, device_index: int):
         import torch
 
-        self.torch = torch
-        self.device = torch.device("cuda", device_index)
-        torch.cuda.set_device(self.device)
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-        torch.set_grad_enabled(False)
-        from .gpuinfo import describe_gpu
+        from .gpuinfo import describe_gpu, init_evaluator_process
 
+        self.torch = torch
+        self.device = init_evaluator_process(device_index)
         self.gpu = describe_gpu(self.device)
         self.task = None
         self.tolerance = (1e-4, 1e-4)

@@ -11,6 +11,7 @@ import time
 import traceback
 import types
 from collections import OrderedDict
+from pathlib import Path
 from typing import Any, Callable
 
 from . import protocol as P
@@ -40,30 +41,24 @@ def _cuda_reason(exc: BaseException) -> str:
 
 
 class Runner:
-    def __init__(self, device_index: int, role: str):
+    def __init__(self, device_index: int, role: str, scratch: Path):
         import torch
+
+        from .channel import IpcExporter
+        from .gpuinfo import describe_gpu, init_evaluator_process
+        from .timer import Timer
 
         self.torch = torch
         self.role = role
-        self.device = torch.device("cuda", device_index)
-        torch.cuda.set_device(self.device)
-        # Precision is the task's: no TF32 unless the reference itself asks for it.
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-        torch.set_grad_enabled(False)
-        from .gpuinfo import describe_gpu
-        from .timer import Timer
-
+        self.scratch = scratch                 # folder for outputs handed over as files
+        self.device = init_evaluator_process(device_index)
         self.gpu = describe_gpu(self.device)
         self.timer = Timer(self.device, self.gpu["l2_bytes"])
         self.task = None
-        self.programs: OrderedDict[str, Any] = OrderedDict()
+        self.programs: OrderedDict[str, Any] = OrderedDict()   # loaded cubins, most recent last
         self.modelnew_cls = None
         self.modelnew_hash = ""
         self.calibrated = False
-        self.compiled_model = None
-        from .channel import IpcExporter
-
         self.exporter = IpcExporter()
 
     # ---- setup ---------------------------------------------------------------------------------
@@ -77,7 +72,6 @@ class Runner:
         from core.tasks import load_task_from_source
 
         self.task = load_task_from_source(msg.source, msg.name)
-        self.compiled_model = None
         return P.TaskReady(tolerance=self.task.tolerance())
 
     def materialize(self, s: P.InputSet):
@@ -263,11 +257,10 @@ class Runner:
                              poison_outputs=bound.poison if bound.fixed_outputs else None,
                              release_outputs=not bound.fixed_outputs, tolerance=msg.tolerance)
         bound.raise_violations()
-        notes: list[str] = []
         baseline: list[float] = []
-        samples = run.samples_ms
+        samples, mismatched = run.samples_ms, run.mismatched_reps
         if isinstance(msg, P.Interleave):
-            eager = EagerCall(model, live, self)
+            eager = EagerCall(model, live)
             samples, baseline = [], []
             for _ in range(msg.rounds):
                 c = self.timer.run(bound.call, live_tensors, sources, release_outputs=not bound.fixed_outputs,
@@ -277,11 +270,12 @@ class Runner:
                                    tolerance=msg.tolerance, reps=2, warmup=False)
                 samples += c.samples_ms
                 baseline += e.samples_ms
+                mismatched += c.mismatched_reps
             bound.raise_violations()
         outputs = tuple(tuple(write_output(self.scratch, self.exporter, o, f"t{k}o{j}") for j, o in enumerate(outs))
                         for k, outs in enumerate(run.first_outputs))
-        return P.TimeDone(samples, run.stray_ms, outputs, run.mismatched_reps,
-                          time.perf_counter() - t0, notes, baseline)
+        return P.TimeDone(samples, run.stray_ms, outputs, mismatched, time.perf_counter() - t0,
+                          baseline_samples_ms=baseline)
 
     def time_baseline(self, msg: P.TimeBaseline) -> P.TimeDone:
         t0 = time.perf_counter()
@@ -289,7 +283,7 @@ class Runner:
         model, live, live_tensors, sources = self._timing_setup(msg.bundle)
         notes = []
         if msg.kind == "eager":
-            call = EagerCall(model, live, self).call
+            call = EagerCall(model, live).call
         elif msg.kind == "compile":
             torch = self.torch
             try:
@@ -302,7 +296,7 @@ class Runner:
                 if is_cuda_error(exc):
                     raise
                 raise CandidateFailure(Status.CRASHED, "torch.compile failed: " + _short_exc(exc)) from exc
-            call = EagerCall(compiled, live, self).call
+            call = EagerCall(compiled, live).call
         else:
             raise ValueError(f"unknown baseline {msg.kind!r}")
         run = self.timer.run(call, live_tensors, sources, release_outputs=True, tolerance=msg.tolerance)
@@ -581,7 +575,7 @@ class BoundModelNew:
 class EagerCall:
     """The reference module (or its torch.compile) called on the live inputs."""
 
-    def __init__(self, module, live, runner: Runner):
+    def __init__(self, module, live):
         self.module, self.live = module, live
 
     def call(self):
@@ -608,12 +602,9 @@ def _human(n: float) -> str:
 
 def runner_main(conn, device_index: int, role: str, scratch: str) -> None:
     """Entry point of a runner process (spawned). Serves requests until Shutdown or a CUDA error."""
-    from pathlib import Path
-
     t0 = time.perf_counter()
     try:
-        runner = Runner(device_index, role)
-        runner.scratch = Path(scratch)
+        runner = Runner(device_index, role, Path(scratch))
         conn.send(P.Ready(role, os.getpid(), runner.gpu, time.perf_counter() - t0))
     except BaseException as exc:  # startup failed: say why, then go
         conn.send(P.Failure(Status.CRASHED.value, f"runner failed to start: {_short_exc(exc)}", fatal=True))
