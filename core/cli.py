@@ -110,13 +110,20 @@ def cmd_evaluate(args) -> int:
 
 
 def _compile_only(program, reason: str, args) -> int:
-    from core.toolchain import compile_cuda
+    from core.toolchain import compile_cuda, parse_ptxas_verbose
 
     console.print(f"[yellow]no GPU run:[/yellow] {reason}")
-    res = compile_cuda(program.source, arch=args.arch, options=list(program.compile_options()))
+    res = compile_cuda(program.source, arch=args.arch, options=list(program.compile_options()) + ["--ptxas-options=-v"])
     if res.ok:
         console.print(f"compiled for {args.arch} with NVRTC in {res.seconds:.2f} s ({len(res.cubin)} bytes of cubin); "
                       "it was not run")
+        t = Table(title="resources (ptxas)", header_style="bold")
+        for col in ("kernel", "registers", "static shared", "stack", "spills (st/ld)"):
+            t.add_column(col)
+        for name, k in parse_ptxas_verbose(res.log).items():
+            t.add_row(name, str(k.registers), f"{k.shared_bytes} B", f"{k.stack_bytes} B",
+                      f"{k.spill_stores}/{k.spill_loads} B")
+        console.print(t)
         return EXIT_UNAVAILABLE
     console.print(f"[red]compile error[/red]\n{res.error_summary()}")
     return EXIT_REJECTED

@@ -52,6 +52,7 @@ def test_evaluate_without_gpu_compiles_and_says_it_did_not_run():
     done = run_cli("evaluate", str(TASK), str(PROGRAM))
     assert done.returncode == cli.EXIT_UNAVAILABLE, done.stdout + done.stderr
     assert "no GPU run" in done.stdout and "compiled for sm_90" in done.stdout
+    assert "gelu_f32" in done.stdout and "registers" in done.stdout
 
 
 def test_evaluate_without_gpu_reports_compile_errors(tmp_path):

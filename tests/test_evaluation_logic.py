@@ -9,7 +9,7 @@ import torch
 
 from core.evaluation.channel import read_tensor, remove_scratch, scratch_dir, write_tensor
 from core.evaluation.compare import close_mask, compare, fingerprint, poison_, poisoned_mask
-from core.evaluation.evaluator import Baselines, baselines_path, parse_ptxas_spills
+from core.evaluation.evaluator import Baselines, baselines_path
 from core.evaluation.guard import guarded
 from core.evaluation.results import EvalResult, Status, Timing
 from core.evaluation.roofline import Ceilings, floor_ms, load_ceilings, save_json_atomic, ceilings_path
@@ -149,7 +149,7 @@ def test_tensor_file_with_wrong_size_is_refused(tmp_path):
         read_tensor(ref, "cpu")
 
 
-# ---- timing, results, ptxas ------------------------------------------------------------------------
+# ---- timing, results, caches ------------------------------------------------------------------------
 
 def test_timing_statistics():
     t = Timing.from_samples([5.0, 1.0, 3.0, 2.0, 4.0])
@@ -163,16 +163,6 @@ def test_timing_statistics():
 def test_eval_result_serialises_its_status():
     r = EvalResult(Status.WRONG, "bad")
     assert r.to_dict()["status"] == "wrong" and not r.ok
-
-
-def test_ptxas_spill_parsing():
-    log = """ptxas info    : Compiling entry function 'k' for 'sm_90'
-ptxas info    : Function properties for k
-ptxas         .     16 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads
-ptxas info    : Used 10 registers, used 1 barriers, 1024 bytes smem
-ptxas info    : Function properties for other
-ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"""
-    assert parse_ptxas_spills(log) == {"k": (16, 8, 4), "other": (0, 0, 0)}
 
 
 def test_roofline_floor():

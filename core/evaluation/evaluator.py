@@ -10,16 +10,17 @@ compiles (in a CPU process pool) and does arithmetic, so it is safe in a GUI pro
 from __future__ import annotations
 
 import json
-import re
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from . import protocol as P
 from .gpuinfo import gpu_key
 from .results import EvalResult, KernelStats, Measurement, Status, Timing
 from .roofline import Ceilings, cache_root, compute_dtype, floor_ms, minimum_bytes, save_json_atomic
+from .pool import LocalPool, visible_devices
 from .supervisor import GpuSupervisor, Outcome, SupervisorSettings
 
 BASELINES_VERSION = 1
@@ -59,53 +60,39 @@ def baselines_path(task_hash: str, key: str) -> Path:
     return cache_root() / "baselines" / f"{key}-{task_hash[:20]}.json"
 
 
-_PTXAS_FUNC = re.compile(r"Function properties for (\S+)")
-_PTXAS_SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
-
-
-def parse_ptxas_spills(log: str) -> dict[str, tuple[int, int, int]]:
-    """kernel -> (stack bytes, spill store bytes, spill load bytes) from `ptxas -v` output."""
-    found: dict[str, tuple[int, int, int]] = {}
-    current = None
-    for line in log.splitlines():
-        m = _PTXAS_FUNC.search(line)
-        if m:
-            current = m.group(1)
-            continue
-        m = _PTXAS_SPILL.search(line)
-        if m and current:
-            found[current] = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
-            current = None
-    return found
-
-
 class Evaluator:
-    def __init__(self, task: Any, device: int = 0, *, settings: SupervisorSettings | None = None,
-                 compile_pool: Any = None, use_cache: bool = True):
+    """Evaluates candidates for one task on one or more local GPUs (thread-safe)."""
+
+    def __init__(self, task: Any, devices: int | Sequence[int] | None = 0, *,
+                 settings: SupervisorSettings | None = None, compile_pool: Any = None, use_cache: bool = True):
         self.task = task
-        self.device = device
+        self.devices = [devices] if isinstance(devices, int) else (None if devices is None else list(devices))
         self.settings = settings or SupervisorSettings()
         self.use_cache = use_cache
         self._pool = compile_pool
         self._own_pool = compile_pool is None
-        self._sup: GpuSupervisor | None = None
-        self._baselines: Baselines | None = None
-        self._ceilings: Ceilings | None = None
+        self._gpus: LocalPool | None = None
+        self._lock = threading.RLock()
+        self._baselines: dict[str, Baselines] = {}   # per GPU model (gpu_key)
+        self._ceilings: dict[str, Ceilings] = {}
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> "Evaluator":
-        if self._sup is None:
-            self._sup = GpuSupervisor(self.device, self.task.name, self.task.source, self.settings)
+        with self._lock:
+            if self._gpus is None:
+                devices = self.devices if self.devices is not None else visible_devices()
+                self._gpus = LocalPool(self.task.name, self.task.source, devices, self.settings)
         return self
 
     def close(self) -> None:
-        if self._sup is not None:
-            self._sup.close()
-            self._sup = None
-        if self._own_pool and self._pool is not None:
-            self._pool.close()
-            self._pool = None
+        with self._lock:
+            if self._gpus is not None:
+                self._gpus.close()
+                self._gpus = None
+            if self._own_pool and self._pool is not None:
+                self._pool.close()
+                self._pool = None
 
     def __enter__(self) -> "Evaluator":
         return self.start()
@@ -114,8 +101,13 @@ class Evaluator:
         self.close()
 
     @property
+    def gpus(self) -> LocalPool:
+        return self.start()._gpus  # type: ignore[return-value]
+
+    @property
     def supervisor(self) -> GpuSupervisor:
-        return self.start()._sup  # type: ignore[return-value]
+        """The first GPU's supervisor (the only one on a one-GPU machine)."""
+        return self.gpus.first
 
     @property
     def gpu(self) -> dict[str, Any]:
@@ -127,38 +119,44 @@ class Evaluator:
 
     @property
     def pool(self):
-        if self._pool is None:
-            from core.toolchain import CompilePool
+        with self._lock:
+            if self._pool is None:
+                from core.toolchain import CompilePool
 
-            self._pool = CompilePool(workers=2)
-        return self._pool
+                self._pool = CompilePool(workers=2)
+            return self._pool
 
     # ---- baselines and ceilings ----------------------------------------------------------------
 
-    def ceilings(self) -> Ceilings:
-        if self._ceilings is None:
-            self._ceilings = self.supervisor.ceilings()
-        return self._ceilings
+    def ceilings(self, sup: GpuSupervisor | None = None) -> Ceilings:
+        sup = sup or self.supervisor
+        key = gpu_key(sup.gpu)
+        if key not in self._ceilings:
+            self._ceilings[key] = sup.ceilings()
+        return self._ceilings[key]
 
-    def baselines(self, refresh: bool = False, with_compile: bool = True) -> Baselines:
-        if self._baselines is not None and not refresh:
-            return self._baselines
-        key = gpu_key(self.gpu)
+    def baselines(self, refresh: bool = False, with_compile: bool = True,
+                  sup: GpuSupervisor | None = None) -> Baselines:
+        """Eager and torch.compile times for this task on this GPU model: memory, disk cache, or measured."""
+        sup = sup or self.supervisor
+        key = gpu_key(sup.gpu)
+        if key in self._baselines and not refresh:
+            return self._baselines[key]
         path = baselines_path(self.task.hash, key)
         if self.use_cache and not refresh:
             try:
-                self._baselines = Baselines.from_json(path.read_text())
-                return self._baselines
+                self._baselines[key] = Baselines.from_json(path.read_text())
+                return self._baselines[key]
             except (OSError, ValueError, TypeError, KeyError):
                 pass
-        b = Baselines(task_hash=self.task.hash, gpu=self.gpu["name"], measured_at=time.strftime("%Y-%m-%d %H:%M:%S"))
-        eager = self.supervisor.baseline("eager")
+        b = Baselines(task_hash=self.task.hash, gpu=sup.gpu["name"], measured_at=time.strftime("%Y-%m-%d %H:%M:%S"))
+        eager = sup.baseline("eager")
         if eager.status is Status.MEASURED:
             b.eager = Timing.from_samples(eager.samples_ms)
         else:
             b.eager_error = eager.reason
         if with_compile:
-            comp = self.supervisor.baseline("compile")
+            comp = sup.baseline("compile")
             if comp.status is Status.MEASURED:
                 b.compile = Timing.from_samples(comp.samples_ms)
                 b.notes += comp.notes
@@ -166,7 +164,7 @@ class Evaluator:
                 b.compile_error = comp.reason
         if self.use_cache and b.eager is not None:
             save_json_atomic(path, b.to_json())
-        self._baselines = b
+        self._baselines[key] = b
         return b
 
     # ---- candidates ----------------------------------------------------------------------------
@@ -191,7 +189,9 @@ class Evaluator:
                 summary = res.error_summary() if hasattr(res, "error_summary") else res.log
                 return None, EvalResult(status, summary, compile_log=res.log, compile_seconds=res.seconds,
                                         compile_cached=res.cached, candidate_hash=h), info
-            info["spills"] = parse_ptxas_spills(res.log)
+            from core.toolchain import parse_ptxas_verbose
+
+            info["resources"] = parse_ptxas_verbose(res.log)    # NVRTC ran ptxas -v
             return P.ProgramArtifact(candidate.to_dict(), res.cubin, h), None, info
         from core.program.solution import ModelNewSolution
 
@@ -200,16 +200,19 @@ class Evaluator:
         raise TypeError(f"cannot evaluate a {type(candidate).__name__}: expected a KernelProgram or ModelNewSolution")
 
     def evaluate(self, candidate: Any, *, with_baselines: bool = True) -> EvalResult:
+        """Compile, check and time one candidate on a free GPU. Safe to call from several threads."""
         t0 = time.perf_counter()
         artifact, failed, info = self.prepare(candidate)
         if failed is not None:
             failed.eval_seconds = time.perf_counter() - t0
             return failed
-        baselines = self.baselines() if with_baselines else None
-        outcome = self.supervisor.evaluate(artifact)
-        result = self._result(artifact, outcome, info, baselines)
-        if result.ok and result.measurement.below_floor:
-            result = self._reverify(artifact, result, info, baselines)
+        with self.gpus.acquire() as sup:
+            baselines = self.baselines(sup=sup) if with_baselines else None
+            outcome = sup.evaluate(artifact)
+            result = self._result(sup, artifact, outcome, info, baselines)
+            if result.ok and result.measurement.below_floor:
+                result = self._reverify(sup, artifact, result, info, baselines)
+        result.details["device"] = sup.device_index
         result.eval_seconds = time.perf_counter() - t0
         return result
 
@@ -218,20 +221,21 @@ class Evaluator:
         artifact, failed, _ = self.prepare(candidate)
         if failed is not None:
             return failed
-        outcome = self.supervisor.evaluate(artifact, interleave_rounds=rounds)
+        with self.gpus.acquire() as sup:
+            outcome = sup.evaluate(artifact, interleave_rounds=rounds)
         if outcome.status is not Status.MEASURED:
             return EvalResult(outcome.status, outcome.reason, candidate_hash=artifact.content_hash)
         return Timing.from_samples(outcome.samples_ms), Timing.from_samples(outcome.baseline_samples_ms)
 
-    def _reverify(self, artifact, result: EvalResult, info, baselines) -> EvalResult:
+    def _reverify(self, sup: GpuSupervisor, artifact, result: EvalResult, info, baselines) -> EvalResult:
         """Faster than the roofline floor: check on more inputs, re-measure against eager, flag it."""
         s = self.settings
-        outcome = self.supervisor.evaluate(
+        outcome = sup.evaluate(
             artifact, interleave_rounds=20,
             prepare=P.Prepare(2 * s.check_sets, 2 * s.scaled_variants + 1, s.timing_sets))
         if outcome.status is not Status.MEASURED:
             outcome.reason = "faster than the roofline floor, and failed re-verification: " + outcome.reason
-            return self._result(artifact, outcome, info, baselines)
+            return self._result(sup, artifact, outcome, info, baselines)
         m = result.measurement
         cand = Timing.from_samples(outcome.samples_ms)
         eager = Timing.from_samples(outcome.baseline_samples_ms)
@@ -241,7 +245,8 @@ class Evaluator:
             f"{cand.median_ms:.4g} ms against eager {eager.median_ms:.4g} ms")
         return result
 
-    def _result(self, artifact, outcome: Outcome, info: dict[str, Any], baselines: Baselines | None) -> EvalResult:
+    def _result(self, sup: GpuSupervisor, artifact, outcome: Outcome, info: dict[str, Any],
+                baselines: Baselines | None) -> EvalResult:
         r = EvalResult(outcome.status, outcome.reason, compile_log=info.get("compile_log", ""),
                        compile_seconds=info.get("compile_seconds", 0.0),
                        compile_cached=info.get("compile_cached", False), candidate_hash=artifact.content_hash,
@@ -258,24 +263,24 @@ class Evaluator:
                 m.compile_ms = baselines.compile.median_ms
                 m.speedup_compile = m.compile_ms / timing.median_ms
         m.min_bytes = minimum_bytes(self.task)
-        m.flops = self.supervisor.task_info.flops
+        m.flops = sup.task_info.flops
         seconds = timing.median_ms / 1e3
         m.gbps = m.min_bytes / seconds / 1e9
         m.tflops = m.flops / seconds / 1e12 if m.flops else None
         try:
-            ceilings = self.ceilings()
+            ceilings = self.ceilings(sup)
             m.floor_ms = floor_ms(m.min_bytes, m.flops, compute_dtype(self.task), ceilings)
             m.roofline_fraction = m.floor_ms / timing.median_ms
             m.below_floor = timing.median_ms < m.floor_ms
         except RuntimeError as exc:
             m.notes.append(str(exc))
-        spills = info.get("spills", {})
+        resources = info.get("resources", {})
         for k in outcome.kernels:
-            st = spills.get(k["name"])
+            ptxas = resources.get(k["name"])
             m.kernels.append(KernelStats(
                 name=k["name"], registers=k["registers"], static_shared_bytes=k["static_shared_bytes"],
                 dynamic_shared_bytes=k["dynamic_shared_bytes"], local_bytes=k["local_bytes"],
-                spill_stores=st[1] if st else None, spill_loads=st[2] if st else None,
+                spill_stores=ptxas.spill_stores if ptxas else None, spill_loads=ptxas.spill_loads if ptxas else None,
                 block_threads=k["block_threads"], occupancy=k.get("occupancy")))
         r.measurement = m
         return r

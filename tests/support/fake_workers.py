@@ -1,7 +1,8 @@
 """Stand-ins for the GPU processes, to test the supervisor's process logic on any machine.
 
 The fake runner obeys the candidate: a ProgramArtifact whose program says {"behaviour": X}
-answers normally ("ok"), dies ("die"), hangs ("hang") or reports a fatal CUDA error ("cuda_error").
+answers normally ("ok"), slowly ("slow"), dies ("die"), hangs ("hang") or reports a fatal CUDA
+error ("cuda_error").
 """
 from __future__ import annotations
 
@@ -38,6 +39,8 @@ def fake_runner_main(conn, device_index, role, scratch):
                 os._exit(9)
             if b == "hang":
                 time.sleep(3600)
+            if b == "slow":
+                time.sleep(1.0)
             if b == "cuda_error":
                 conn.send(P.Failure("crashed", "CUDA error: an illegal memory access was encountered", fatal=True))
                 os._exit(70)
