@@ -78,6 +78,14 @@ def test_modelnew_candidates_get_a_fresh_process_each(supervisor):
     assert supervisor.runner.proc.pid == warm
 
 
+def test_a_judge_that_dies_is_restarted(supervisor):
+    old = supervisor.judge.proc.pid
+    out = supervisor.evaluate(program("kill_judge"))
+    assert out.status is Status.CRASHED and "evaluator error" in out.reason
+    assert supervisor.judge.proc.pid != old and supervisor.judge.alive()
+    assert supervisor.evaluate(program("ok")).status is Status.MEASURED
+
+
 def test_baseline_goes_through_the_warm_runner(supervisor):
     out = supervisor.baseline("eager")
     assert out.status is Status.MEASURED and out.samples_ms[0] == 2.0

@@ -56,7 +56,10 @@ class Worker:
         self.exited_at: float | None = None   # monotonic time the process was reaped
 
     def send(self, msg: Any) -> None:
-        self.conn.send(msg)
+        try:
+            self.conn.send(msg)
+        except OSError as exc:      # broken pipe: the process is gone
+            raise WorkerDied(self._death()) from exc
         self.pending += 1
 
     def recv(self, timeout: float) -> Any:
@@ -150,7 +153,7 @@ class GpuSupervisor:
 
         # The process entry points can be replaced (tests drive the supervisor with fake workers).
         self.runner_target = runner_target or runner_main
-        judge_target = judge_target or judge_main
+        self.judge_target = judge_target = judge_target or judge_main
         self.settings = settings or SupervisorSettings()
         self.device_index = device_index
         self.task_msg = P.SetTask(task_name, task_source)
@@ -267,25 +270,48 @@ class GpuSupervisor:
             if self.failures.get(key, 0) >= self.settings.quarantine_after:
                 return Outcome(Status.REJECTED, f"quarantined: this candidate brought the evaluator down "
                                                 f"{self.failures[key]} times")
-            if prepare is not None:     # a custom bundle (e.g. more input sets to re-verify)
-                self.judge_bundle_wait()
-                if self.bundle is not None:
-                    self.judge.send(P.Release(self.bundle.id))
-                    self.bundle = None
-                self.judge.send(prepare)
-            bundle = self._take_bundle()
-            fresh = isinstance(artifact, P.ModelNewArtifact)
             try:
-                runner = self._fresh_runner() if fresh else self.runner
+                return self._evaluate_with_bundle(artifact, interleave_rounds, prepare)
             except (WorkerDied, WorkerTimeout) as exc:
-                self._finish_bundle(bundle)
-                return Outcome(Status.CRASHED, f"could not start a fresh process for the candidate: {exc}")
-            try:
-                return self._evaluate(runner, artifact, bundle, fresh, interleave_rounds)
-            finally:
-                if fresh:
-                    runner.kill()
-                self._finish_bundle(bundle)
+                # Runners' failures are the candidate's and handled inside; this is the judge (or a
+                # runner that cannot be started at all). Start what died and say so.
+                self._revive()
+                return Outcome(Status.CRASHED, f"evaluator error: {exc}; the evaluator processes were restarted")
+
+    def _evaluate_with_bundle(self, artifact: P.Artifact, interleave_rounds: int,
+                              prepare: P.Prepare | None) -> Outcome:
+        if prepare is not None:     # a custom bundle (e.g. more input sets to re-verify)
+            self.judge_bundle_wait()
+            if self.bundle is not None:
+                self.judge.send(P.Release(self.bundle.id))
+                self.bundle = None
+            self.judge.send(prepare)
+        bundle = self._take_bundle()
+        fresh = isinstance(artifact, P.ModelNewArtifact)
+        try:
+            runner = self._fresh_runner() if fresh else self.runner
+        except (WorkerDied, WorkerTimeout) as exc:
+            self._finish_bundle(bundle)
+            return Outcome(Status.CRASHED, f"could not start a fresh process for the candidate: {exc}")
+        try:
+            return self._evaluate(runner, artifact, bundle, fresh, interleave_rounds)
+        finally:
+            if fresh:
+                runner.kill()
+            self._finish_bundle(bundle)
+
+    def _revive(self) -> None:
+        """Restart a judge that died or hung (references are redrawn), and a missing runner."""
+        if not self.judge.alive() or self.judge.pending:
+            self.judge.kill()
+            self.judge = Worker(self.ctx, "judge", self.judge_target, (self.device_index, str(self.scratch)))
+            self.judge.send(self.task_msg)
+            self.task_info = None
+            self._startup_judge(self.judge.drain(self.settings.startup_timeout_s))
+            self.bundle = None
+            self._prefetch()
+        if not self.runner.alive():
+            self._replace_runner()
 
     def _call(self, runner: Worker, msg: Any, timeout: float, fresh: bool) -> Any:
         """A request to a runner; a crash or hang becomes a Failure and the runner is replaced."""
@@ -369,13 +395,17 @@ class GpuSupervisor:
 
     def baseline(self, kind: str) -> Outcome:
         with self.lock:
-            bundle = self._take_bundle()
             try:
-                self._quiet_gpu()
-                reply = self._call(self.runner, P.TimeBaseline(kind, bundle, self.tolerance),
-                                   self.settings.baseline_timeout_s, False)
-            finally:
-                self._finish_bundle(bundle)
+                bundle = self._take_bundle()
+                try:
+                    self._quiet_gpu()
+                    reply = self._call(self.runner, P.TimeBaseline(kind, bundle, self.tolerance),
+                                       self.settings.baseline_timeout_s, False)
+                finally:
+                    self._finish_bundle(bundle)
+            except (WorkerDied, WorkerTimeout) as exc:
+                self._revive()
+                return Outcome(Status.CRASHED, f"evaluator error: {exc}; the evaluator processes were restarted")
             if isinstance(reply, P.Failure):
                 return Outcome(Status(reply.status), reply.reason, details=reply.details)
             return Outcome(Status.MEASURED, "", reply.samples_ms, stray_ms=reply.stray_ms, notes=reply.notes)
@@ -385,7 +415,7 @@ class GpuSupervisor:
 
         with self.lock:
             self._quiet_gpu()
-            reply = self.runner.request(P.MeasureCeilings(), self.settings.baseline_timeout_s)
+            reply = self._call(self.runner, P.MeasureCeilings(), self.settings.baseline_timeout_s, False)
             if isinstance(reply, P.Failure):
                 raise RuntimeError(f"could not measure the GPU's ceilings: {reply.reason}")
             return Ceilings(**reply)

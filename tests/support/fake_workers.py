@@ -1,8 +1,8 @@
 """Stand-ins for the GPU processes, to test the supervisor's process logic on any machine.
 
 The fake runner obeys the candidate: a ProgramArtifact whose program says {"behaviour": X}
-answers normally ("ok"), slowly ("slow"), dies ("die"), hangs ("hang") or reports a fatal CUDA
-error ("cuda_error").
+answers normally ("ok"), slowly ("slow"), dies ("die"), hangs ("hang"), reports a fatal CUDA
+error ("cuda_error"), or sends outputs that make the fake judge die ("kill_judge").
 """
 from __future__ import annotations
 
@@ -45,7 +45,8 @@ def fake_runner_main(conn, device_index, role, scratch):
                 conn.send(P.Failure("crashed", "CUDA error: an illegal memory access was encountered", fatal=True))
                 os._exit(70)
             if isinstance(msg, P.Check):
-                conn.send(P.CheckDone((), dict(msg.bundle.fingerprints), [{"pid": os.getpid(), "name": "k"}]))
+                outputs = (("kill-judge",),) if b == "kill_judge" else ()
+                conn.send(P.CheckDone(outputs, dict(msg.bundle.fingerprints), [{"pid": os.getpid(), "name": "k"}]))
             else:
                 conn.send(P.TimeDone([1.0 + 0.01 * i for i in range(21)], 0.0, (), 0))
         elif isinstance(msg, P.TimeBaseline):
@@ -67,5 +68,9 @@ def fake_judge_main(conn, device_index, scratch):
         elif isinstance(msg, P.Prepare):
             conn.send(P.Bundle(next_id, (), (), {"set0": (1.0, 2.0)}))
             next_id += 1
-        elif isinstance(msg, (P.Judge, P.Release)):
+        elif isinstance(msg, P.Judge):
+            if msg.outputs == (("kill-judge",),):
+                os._exit(9)
+            conn.send(P.Verdict(True))
+        elif isinstance(msg, P.Release):
             conn.send(P.Verdict(True))
