@@ -1,4 +1,4 @@
-"""Headless entry point: `cuda-agent evaluate | baseline | doctor`.
+"""Headless entry point: `cuda-agent evaluate | baseline | inspect | export | doctor`.
 
 Exit codes: 0 success, 1 the candidate was not accepted, 2 bad input (file, format), 3 this
 machine cannot do it (no GPU, no NVRTC).
@@ -269,6 +269,73 @@ def cmd_doctor(args) -> int:
     return EXIT_OK
 
 
+# ---- inspect --------------------------------------------------------------------------------------
+
+
+def cmd_inspect(args) -> int:
+    from core.project import Project, ProjectError
+    from core.project.inspect import format_summary, summarize
+
+    try:
+        with Project.open(args.file, readonly=True) as project:
+            summary = summarize(project)
+    except ProjectError as exc:
+        from rich.markup import escape
+
+        err.print(f"[red]project error:[/red] {escape(str(exc))}")
+        return EXIT_BAD_INPUT
+    if args.json:
+        print(json.dumps(summary, indent=1))
+    else:
+        console.print(format_summary(summary), markup=False, soft_wrap=True)
+    return EXIT_OK
+
+
+# ---- export ---------------------------------------------------------------------------------------
+
+
+def cmd_export(args) -> int:
+    from dataclasses import asdict
+
+    from rich.markup import escape
+
+    from core.project import Project, ProjectError
+    from core.project.export import ExportError, export_record
+    from core.project.report import render_report
+
+    try:
+        with Project.open(args.file, readonly=True) as project:
+            if args.candidate is None:
+                best = project.best(1)
+                if not best:
+                    err.print(f"[red]nothing to export:[/red] {escape(args.file)} has no measured candidate yet")
+                    return EXIT_REJECTED
+                record = best[0]
+            else:
+                record = project.candidate(args.candidate)
+                if record is None:
+                    err.print(f"[red]no candidate {args.candidate}[/red] in {escape(args.file)}")
+                    return EXIT_BAD_INPUT
+            task = project.load_task()
+            gpu = (project.hardware or {}).get("name")
+            branches = {b.id: b.name for b in project.branches()}
+            result = export_record(asdict(record), task, args.out, gpu=gpu, branch=branches.get(record.branch_id),
+                                   overwrite=args.force)
+            keys = project.baseline_keys()
+            baselines = project.baselines(keys[0]) if keys else None
+            summary = {"task": project.task_name, "task_hash": project.task_hash, "gpu": gpu, "branches": branches,
+                       "baselines": {k: asdict(t) for k, t in (("eager", getattr(baselines, "eager", None)),
+                                                             ("compile", getattr(baselines, "compile", None))) if t}}
+            report = render_report(summary, [asdict(c) for c in project.candidates()], args.out)
+    except (ProjectError, ExportError) as exc:
+        err.print(f"[red]export error:[/red] {escape(str(exc))}")
+        return EXIT_BAD_INPUT
+    console.print(f"exported candidate {record.id} ({record.status}) of {project.task_name} to {args.out}:")
+    for path in list(result.files) + [report]:
+        console.print(f"  {path}")
+    return EXIT_OK
+
+
 # ---- main -----------------------------------------------------------------------------------------
 
 
@@ -296,8 +363,21 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=cmd_baseline)
 
+    x = sub.add_parser("export", help="write a project's candidate as NAME.cu (kernels, launcher, PyTorch binding), "
+                                      "a loader snippet, a ModelNew file and a Markdown report")
+    x.add_argument("file", help="project file (.cuagent)")
+    x.add_argument("--candidate", type=int, help="candidate id (default: the fastest measured one)")
+    x.add_argument("--out", required=True, help="folder to write into")
+    x.add_argument("--force", action="store_true", help="replace files that already exist there")
+    x.set_defaults(func=cmd_export)
+
     d = sub.add_parser("doctor", help="say what this machine has and what will work")
     d.set_defaults(func=cmd_doctor)
+
+    i = sub.add_parser("inspect", help="summarise a project file: task, GPU, branches, best candidates, counts")
+    i.add_argument("file", help="project file (.cuagent)")
+    i.add_argument("--json", action="store_true", help="print the summary as JSON")
+    i.set_defaults(func=cmd_inspect)
     return p
 
 
@@ -308,6 +388,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("interrupted")
         return 130
+    except BrokenPipeError:  # output piped into `head` and the like: stop quietly
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
 
 
 if __name__ == "__main__":

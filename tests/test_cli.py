@@ -76,3 +76,44 @@ def test_parser_knows_the_commands():
     assert args.command == "evaluate" and args.device == 1 and args.no_baselines
     args = parser.parse_args(["baseline", "t.py", "--refresh"])
     assert args.refresh
+
+
+def _project_with_one_measured_candidate(path):
+    from core.evaluation.results import EvalResult, Measurement, Status, Timing
+    from core.program import load_solution
+    from core.project import CandidateRecord, Project
+    from core.tasks import load_task
+
+    with Project.create(path, load_task(TASK), hardware={"name": "NVIDIA H200"}) as project:
+        cid = project.add_candidate(CandidateRecord.from_program(load_solution(PROGRAM)))
+        # A recorded verdict, as the evaluator stores it (the numbers are the test's, not a measurement).
+        m = Measurement(timing=Timing.from_samples([0.1, 0.11, 0.12]), eager_ms=0.13, speedup_eager=1.18,
+                        floor_ms=0.09, roofline_fraction=0.82)
+        project.record_result(cid, EvalResult(Status.MEASURED, measurement=m), reward=1.0)
+    return cid
+
+
+def test_export_writes_the_files_and_refuses_to_overwrite(tmp_path):
+    project = tmp_path / "run.cuagent"
+    cid = _project_with_one_measured_candidate(project)
+    out = tmp_path / "export"
+    done = run_cli("export", str(project), "--out", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    names = {p.name for p in out.iterdir()}
+    assert {"REPORT.md", "act_gelu.cu", "act_gelu_modelnew.py", "act_gelu_loader.py"} <= names, names
+    cu = (out / "act_gelu.cu").read_text()
+    assert "PYBIND11_MODULE" in cu and "gelu_f32" in cu and "NVIDIA H200" in cu
+    again = run_cli("export", str(project), "--candidate", str(cid), "--out", str(out))
+    assert again.returncode == cli.EXIT_BAD_INPUT and "export error" in again.stderr
+    assert run_cli("export", str(project), "--candidate", str(cid), "--out", str(out), "--force").returncode == 0
+
+
+def test_export_of_a_missing_candidate_or_a_bad_file_is_a_clear_error(tmp_path):
+    project = tmp_path / "run.cuagent"
+    _project_with_one_measured_candidate(project)
+    done = run_cli("export", str(project), "--candidate", "999", "--out", str(tmp_path / "o"))
+    assert done.returncode == cli.EXIT_BAD_INPUT and "no candidate 999" in done.stderr
+    junk = tmp_path / "junk.cuagent"
+    junk.write_text("not a database")
+    done = run_cli("export", str(junk), "--out", str(tmp_path / "o2"))
+    assert done.returncode == cli.EXIT_BAD_INPUT and "Traceback" not in done.stderr

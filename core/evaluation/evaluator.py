@@ -19,8 +19,8 @@ from typing import Any, Sequence
 from . import protocol as P
 from .gpuinfo import gpu_key
 from .results import EvalResult, KernelStats, Measurement, Status, Timing
-from .roofline import Ceilings, cache_root, compute_dtype, floor_ms, minimum_bytes, save_json_atomic
 from .pool import LocalPool, visible_devices
+from .roofline import Ceilings, cache_root, compute_dtype, floor_ms, minimum_bytes, save_json_atomic
 from .supervisor import GpuSupervisor, Outcome, SupervisorSettings
 
 BASELINES_VERSION = 1
@@ -186,8 +186,7 @@ class Evaluator:
             info.update(compile_log=res.log, compile_seconds=res.seconds, compile_cached=res.cached)
             if not res.ok:
                 status = Status.TIMEOUT if res.status == "timeout" else Status.COMPILE_ERROR
-                summary = res.error_summary() if hasattr(res, "error_summary") else res.log
-                return None, EvalResult(status, summary, compile_log=res.log, compile_seconds=res.seconds,
+                return None, EvalResult(status, res.error_summary(), compile_log=res.log, compile_seconds=res.seconds,
                                         compile_cached=res.cached, candidate_hash=h), info
             from core.toolchain import parse_ptxas_verbose
 
