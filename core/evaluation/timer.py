@@ -2,8 +2,9 @@
 
 Per repetition, outside the timed region: copy this repetition's input set into the live input
 buffers (sets alternate, so a kernel cannot replay an answer it remembers for a pointer), poison
-the outputs, then flush L2 by writing a buffer twice its size. Timed region: CUDA events around
-the call on the current stream. Then a third event after a device-wide synchronise: GPU time
+the outputs, then flush L2 by writing a buffer twice its size; wait for all of it, then spin
+30 us on the GPU so that the call's launch latency stays out of the measurement. Timed region:
+CUDA events around the call on the current stream. Then a third event after a device-wide synchronise: GPU time
 between the end event and that one, beyond the calibrated latency, is work the candidate started
 somewhere the timed stream does not see (a side stream), and is reported as stray time.
 Every repetition's outputs are compared with the first, judged outputs of the same input set, so
@@ -47,6 +48,7 @@ class Timer:
         # At least twice the L2 size, as int32 words.
         self.flush_buf = torch.empty(max(2 * l2_bytes, 64 << 20) // 4, dtype=torch.int32, device=device)
         self.sync_latency_ms = 0.0
+        self.lead_cycles = 0            # GPU clock cycles of the spin before each timed call
 
     def flush(self) -> None:
         self.flush_buf.zero_()
@@ -65,7 +67,28 @@ class Timer:
             dones.append(d)
         gaps = sorted(e.elapsed_time(d) for e, d in zip(ends, dones))
         self.sync_latency_ms = gaps[len(gaps) // 2]
+        self.lead_cycles = self._cycles_for(self.LEAD_US)
         return self.sync_latency_ms
+
+    LEAD_US = 30.0   # longer than the host needs to launch a call; the most a side stream can hide
+
+    @staticmethod
+    def _cycles_for(us: float) -> int:
+        """Cycles of torch.cuda._sleep that last about `us` microseconds on this GPU (0: no spin)."""
+        sleep = getattr(torch.cuda, "_sleep", None)
+        if sleep is None:
+            return 0
+        probe = 200_000
+        times = []
+        for _ in range(5):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            sleep(probe)
+            b.record()
+            torch.cuda.synchronize()
+            times.append(a.elapsed_time(b))
+        ms = sorted(times)[2]
+        return int(probe * (us / 1e3) / ms) if ms > 0 else 0
 
     def run(
         self,
@@ -99,6 +122,13 @@ class Timer:
             if poison_outputs is not None:
                 poison_outputs()
             self.flush()
+            # Our own work must be finished before the candidate is called: work it starts on
+            # another stream could otherwise run hidden under the copy and the flush. A short
+            # spin on our stream then keeps the call's launch latency out of the timed region,
+            # and bounds what a side stream could hide to that spin.
+            torch.cuda.synchronize()
+            if self.lead_cycles:
+                torch.cuda._sleep(self.lead_cycles)
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             done = torch.cuda.Event(enable_timing=True)

@@ -514,6 +514,14 @@ inline const char* dtype_name(at::ScalarType t) {
   }
 }
 
+// "[1001, 1003]", built by hand: streaming IntArrayRef into an error message crashed one nvcc
+// build on the H200 machine (2026-11-30), so the message is made of plain strings.
+inline std::string shape_text(const at::Tensor& t) {
+  std::string s = "[";
+  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+  return s + "]";
+}
+
 // Checks one tensor argument and returns it contiguous: kernels read row-major arrays.
 inline at::Tensor prepare(const at::Tensor& t, const char* what, at::ScalarType dtype, int64_t ndim) {
   TORCH_CHECK(t.defined(), kFunction, ": ", what, " is an undefined tensor");
@@ -521,7 +529,7 @@ inline at::Tensor prepare(const at::Tensor& t, const char* what, at::ScalarType 
   TORCH_CHECK(t.scalar_type() == dtype, kFunction, ": ", what, " must have dtype ", dtype_name(dtype), ", but has ",
               dtype_name(t.scalar_type()));
   TORCH_CHECK(t.dim() == ndim, kFunction, ": ", what, " must have ", ndim, " dimension(s) as in the task, but has shape ",
-              t.sizes());
+              shape_text(t));
   return t.contiguous();
 }
 

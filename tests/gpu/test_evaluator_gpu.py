@@ -83,14 +83,19 @@ HOSTILE_CASES = [
 ]
 
 
+# Cheats whose success may depend on timing get more than one try.
+TRIES = {"side_stream.py": 3, "race_missing_syncthreads.json": 2}
+
+
 @pytest.mark.parametrize("filename,task,status,words", HOSTILE_CASES, ids=[c[0] for c in HOSTILE_CASES])
 def test_hostile_program_is_rejected_and_the_next_good_one_is_measured(evaluators, filename, task, status, words):
     ev = evaluators(task)
-    result = ev.evaluate(load_solution(HOSTILE / filename), with_baselines=False)
-    assert result.status is not Status.MEASURED, "a hostile program was accepted"
-    if status is not None:
-        assert result.status is status, (result.status, result.reason)
-    assert words in result.reason, result.reason
+    for _ in range(TRIES.get(filename, 1)):
+        result = ev.evaluate(load_solution(HOSTILE / filename), with_baselines=False)
+        assert result.status is not Status.MEASURED, "a hostile program was accepted"
+        if status is not None:
+            assert result.status is status, (result.status, result.reason)
+        assert words in result.reason, result.reason
     good = ev.evaluate(load_solution(PROGRAMS / f"{task}.json"), with_baselines=False)
     assert good.status is Status.MEASURED, good.reason
 
