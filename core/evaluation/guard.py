@@ -6,7 +6,6 @@ so a candidate that swallows the exception is still caught by the recorded flag.
 """
 from __future__ import annotations
 
-import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 # Op packets that do no arithmetic on tensor values.

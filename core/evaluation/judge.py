@@ -8,7 +8,6 @@ import os
 import secrets
 import time
 import traceback
-from pathlib import Path
 from typing import Any
 
 from . import protocol as P

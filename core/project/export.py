@@ -11,9 +11,7 @@ file subclasses the task's ``Model`` (same constructor, same state_dict) and run
 from __future__ import annotations
 
 import ast
-import os
 import re
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -42,6 +40,7 @@ from core.project.cpp_codegen import (
     translate,
     whole_number,
 )
+from core.project.atomic import write_text_atomic
 
 MAX_GRID = (2**31 - 1, 65535, 65535)
 MAX_BLOCK = (1024, 1024, 64)
@@ -693,17 +692,6 @@ def render_modelnew(program: KernelProgram, task: Any, provenance: Mapping[str, 
 # ---------------------------------------------------------------- writing files
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def export_candidate(program: KernelProgram, task: Any, out_dir: str | Path, provenance: Mapping[str, Any] | None = None,
                      *, name: str | None = None, overwrite: bool = False) -> ExportResult:
     """Write NAME.cu, NAME_loader.py and NAME_modelnew.py into out_dir (created if needed)."""
@@ -727,7 +715,7 @@ def export_candidate(program: KernelProgram, task: Any, out_dir: str | Path, pro
     try:
         out.mkdir(parents=True, exist_ok=True)
         for path, text in zip(paths, texts):
-            _write_atomic(path, text)
+            write_text_atomic(path, text)
     except OSError as e:
         raise ExportError(f"cannot write the export into {out}: {e.strerror or e}") from None
     return ExportResult(files=paths)
@@ -768,7 +756,7 @@ def export_record(record: Mapping[str, Any], task: Any, out_dir: str | Path, *, 
     header += [f"#   {label} {_py_comment(text)}" for label, text in _aligned(rows)]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomic(path, "\n".join(header) + "\n\n" + record["solution_source"])
+        write_text_atomic(path, "\n".join(header) + "\n\n" + record["solution_source"])
     except OSError as e:
         raise ExportError(f"cannot write the export into {path.parent}: {e.strerror or e}") from None
     return ExportResult(files=[path])

@@ -15,14 +15,14 @@ candidates: in evaluation order, each with id, branch (name) or branch_id, statu
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from core.project.svg import HLine, Series, chart
+
+from .atomic import write_text_atomic
 
 REPORT_NAME = "REPORT.md"
 PLOTS = {"reward": "reward.svg", "speedup": "speedup.svg", "roofline": "roofline.svg"}
@@ -234,15 +234,6 @@ def render_markdown(summary: Mapping[str, Any], rows: list[_Row]) -> str:
     return "\n".join(lines)
 
 
-def _write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def render_report(summary: Mapping[str, Any], candidates: Sequence[Mapping[str, Any]], out_dir: str | Path) -> Path:
@@ -250,11 +241,11 @@ def render_report(summary: Mapping[str, Any], candidates: Sequence[Mapping[str, 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = _rows(summary, candidates)
-    _write(out / PLOTS["reward"], reward_svg(rows))
-    _write(out / PLOTS["speedup"], speedup_svg(rows))
-    _write(out / PLOTS["roofline"], roofline_svg(rows))
+    write_text_atomic(out / PLOTS["reward"], reward_svg(rows))
+    write_text_atomic(out / PLOTS["speedup"], speedup_svg(rows))
+    write_text_atomic(out / PLOTS["roofline"], roofline_svg(rows))
     report = out / REPORT_NAME
-    _write(report, render_markdown(summary, rows))
+    write_text_atomic(report, render_markdown(summary, rows))
     return report
 
 

@@ -1,0 +1,41 @@
+"""Reward for one evaluated edit (DESIGN section 5; formula and constants in docs/search.md)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    failure: dict[str, float] = field(default_factory=lambda: {
+        "compile_error": -1.0, "wrong": -1.0, "crashed": -1.0, "timeout": -1.0, "rejected": -0.5})
+    failure_default: float = -1.0
+    milestone_margin: float = 0.05    # "beats X by 5 %": t <= t_X / (1 + margin)
+    beat_eager_bonus: float = 1.0
+    beat_compile_bonus: float = 2.0
+    shaping_clip: float = 2.0         # |log(t_prev/t_new)| is clipped to this
+
+
+@dataclass
+class RewardTracker:
+    """Per-episode state: the previous correct time, and milestones reached (paid once per run)."""
+
+    config: RewardConfig = field(default_factory=RewardConfig)
+    beat_eager: bool = False
+    beat_compile: bool = False
+
+    def reward(self, status: str, median_ms: float | None, prev_ms: float | None,
+               eager_ms: float | None, compile_ms: float | None) -> float:
+        c = self.config
+        if status != "measured" or median_ms is None or median_ms <= 0:
+            return c.failure.get(status, c.failure_default)
+        r = 0.0
+        if prev_ms is not None and prev_ms > 0:
+            r += max(-c.shaping_clip, min(c.shaping_clip, math.log(prev_ms / median_ms)))
+        if not self.beat_eager and eager_ms and median_ms * (1 + c.milestone_margin) <= eager_ms:
+            self.beat_eager = True
+            r += c.beat_eager_bonus
+        if not self.beat_compile and compile_ms and median_ms * (1 + c.milestone_margin) <= compile_ms:
+            self.beat_compile = True
+            r += c.beat_compile_bonus
+        return r
