@@ -1,4 +1,4 @@
-"""Headless entry point: `cuda-agent evaluate | baseline | inspect | export | doctor`.
+"""Headless entry point: `cuda-agent evaluate | baseline | run | inspect | export | doctor`.
 
 Exit codes: 0 success, 1 the candidate was not accepted, 2 bad input (file, format), 3 this
 machine cannot do it (no GPU, no NVRTC).
@@ -370,6 +370,10 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--out", required=True, help="folder to write into")
     x.add_argument("--force", action="store_true", help="replace files that already exist there")
     x.set_defaults(func=cmd_export)
+
+    from core.search.cli import add_run_parser
+
+    add_run_parser(sub)
 
     d = sub.add_parser("doctor", help="say what this machine has and what will work")
     d.set_defaults(func=cmd_doctor)

@@ -61,3 +61,7 @@ def state_vector(space: ScheduleSpace, task: Any, gpu: Mapping[str, Any] | None,
                  status: str | None, measurement: Mapping[str, Any] | None, eager_ms: float | None) -> list[float]:
     return (task_features(task) + gpu_features(gpu) + schedule_features(space, schedule)
             + measurement_features(status, measurement, eager_ms))
+
+
+def feature_size(space: ScheduleSpace, task: Any, gpu: Mapping[str, Any] | None = None) -> int:
+    return len(state_vector(space, task, gpu, space.default(), None, None, None))

@@ -34,6 +34,7 @@ class ReplayPool:
         self._records: dict[str, EvalResult] = dict(records or {})
         self._baselines = baselines
         self.misses = 0     # candidates asked for that were not recorded
+        self.hardware: dict[str, Any] | None = None    # GPU info of the first recorded project that has it
 
     @classmethod
     def from_projects(cls, projects: Iterable[Any], gpu_key: str | None = None) -> "ReplayPool":
@@ -54,6 +55,7 @@ class ReplayPool:
         return pool
 
     def add_project(self, project: Any, gpu_key: str | None = None) -> None:
+        self.hardware = self.hardware or project.hardware
         final = ("measured", "compile_error", "wrong", "crashed", "timeout", "rejected")
         for rec in project.candidates(status=final):
             if not rec.candidate_hash or rec.reason == NOT_RECORDED:   # a miss is no verdict

@@ -57,15 +57,15 @@ def allowed(mask: list[bool]) -> list[int]:
     return indices
 
 
-def make_policy(name: str, n_actions: int, n_features: int, seed: int = 0, **kwargs: Any) -> Policy:
-    """A policy by name: "random", "evolution" or "ppo"."""
+def make_policy(name: str, space: Any, n_features: int, seed: int = 0, **kwargs: Any) -> Policy:
+    """A policy by name ("random", "evolution" or "ppo") for a ScheduleSpace and feature size."""
     if name == "random":
         from .random import RandomPolicy
         return RandomPolicy()
     if name == "evolution":
         from .evolution import EvolutionPolicy
-        return EvolutionPolicy(**kwargs)
+        return EvolutionPolicy(actions=space.actions, **kwargs)
     if name == "ppo":
         from .ppo import PPOPolicy
-        return PPOPolicy(n_features, n_actions, seed=seed, **kwargs)
+        return PPOPolicy(n_features, len(space.actions), seed=seed, **kwargs)
     raise ValueError(f"unknown policy '{name}'; choose random, evolution or ppo")

@@ -6,6 +6,7 @@ the clipped PPO loss over everything gathered since the last update, then forget
 """
 from __future__ import annotations
 
+import base64
 import io
 import random
 from dataclasses import asdict, dataclass
@@ -129,9 +130,9 @@ class PPOPolicy(Policy):
                 loss.backward()
                 nn.utils.clip_grad_norm_(self.net.parameters(), c.max_grad_norm)
                 self.optim.step()
-                stats["policy_loss"] += float(policy_loss)
-                stats["value_loss"] += float(value_loss)
-                stats["entropy"] += float(entropy)
+                stats["policy_loss"] += float(policy_loss.detach())
+                stats["value_loss"] += float(value_loss.detach())
+                stats["entropy"] += float(entropy.detach())
                 n += 1
         self.updates += 1
         return {k: v / n for k, v in stats.items()} | {"transitions": float(len(batch))}
@@ -142,16 +143,17 @@ class PPOPolicy(Policy):
         return dist.probs.tolist()
 
     def state_dict(self) -> dict[str, Any]:
+        """JSON-able (weights as base64 of torch.save), so a checkpoint never needs pickle."""
         buf = io.BytesIO()
         torch.save({"net": self.net.state_dict(), "optim": self.optim.state_dict()}, buf)
         return {"config": asdict(self.config), "n_features": self.n_features, "n_actions": self.n_actions,
-                "updates": self.updates, "weights": buf.getvalue()}
+                "updates": self.updates, "weights": base64.b64encode(buf.getvalue()).decode("ascii")}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("n_features") != self.n_features or state.get("n_actions") != self.n_actions:
             raise ValueError(f"checkpoint is for {state.get('n_features')} features and {state.get('n_actions')} "
                              f"actions; this policy has {self.n_features} and {self.n_actions}")
-        weights = torch.load(io.BytesIO(state["weights"]), weights_only=True)
+        weights = torch.load(io.BytesIO(base64.b64decode(state["weights"])), weights_only=True)
         self.net.load_state_dict(weights["net"])
         self.optim.load_state_dict(weights["optim"])
         self.updates = int(state.get("updates", 0))

@@ -1,0 +1,177 @@
+"""`cuda-agent run`: the optimiser from the command line (wired into core/cli.py by build_parser).
+
+    cuda-agent run TASK --budget N --policy ppo|random|evolution --project FILE [--program P.json]
+                   [--replay FILE ...] [--seconds S] [--episode K] [--seed N] [--device I]
+
+With --replay the evaluations are answered from recorded project files (no GPU needed);
+otherwise the Evaluator measures on GPU --device. Ctrl-C stops cleanly after the step in flight.
+"""
+from __future__ import annotations
+
+import argparse
+import threading
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+console = Console(highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+EXIT_OK, EXIT_REJECTED, EXIT_BAD_INPUT, EXIT_UNAVAILABLE = 0, 1, 2, 3   # same codes as core/cli.py
+PROGRAMS = Path(__file__).resolve().parents[2] / "resources" / "programs"
+
+
+def add_run_parser(sub: Any) -> None:
+    """Add the `run` subcommand to core/cli.py's subparsers."""
+    p = sub.add_parser("run", help="search kernel schedules with a policy (replay or GPU)")
+    p.add_argument("task", help="KernelBench-format task file")
+    p.add_argument("--project", required=True, help="project file (.cuagent); created when missing")
+    p.add_argument("--program", help="program JSON to tune (default: resources/programs/TASK.json)")
+    p.add_argument("--policy", choices=("ppo", "random", "evolution"), default="ppo")
+    p.add_argument("--budget", type=int, default=100, help="evaluations (default 100)")
+    p.add_argument("--seconds", type=float, help="wall-time budget in seconds")
+    p.add_argument("--episode", type=int, default=8, help="edits per episode (default 8)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--replay", action="append", default=[], metavar="FILE",
+                   help="answer evaluations from this recorded project (repeatable); no GPU needed")
+    p.add_argument("--skip-unrecorded", action="store_true",
+                   help="with --replay: do not count or penalise candidates missing from the record")
+    p.add_argument("--device", type=int, default=0, help="GPU index when not replaying")
+    p.set_defaults(func=cmd_run)
+
+
+def _fail(message: str, code: int = EXIT_BAD_INPUT) -> int:
+    err.print(message)
+    return code
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from core.program import KernelProgram, ProgramError
+    from core.project import Project, ProjectError
+    from core.tasks import TaskError, load_task
+
+    from .features import feature_size
+    from .optimizer import Budget, Optimizer
+    from .policies import make_policy
+    from .space import ScheduleSpace
+
+    try:
+        task = load_task(args.task)
+    except TaskError as exc:
+        return _fail(f"[red]task error:[/red] {exc}")
+    program_path = Path(args.program) if args.program else PROGRAMS / f"{task.name}.json"
+    if not program_path.exists():
+        return _fail(f"[red]no program:[/red] {program_path} does not exist; pass --program P.json "
+                     f"(a cuda-agent/program@1 file with tunables) for task {task.name}.")
+    try:
+        program = KernelProgram.load(program_path)
+    except (ProgramError, OSError) as exc:
+        return _fail(f"[red]program error:[/red] {exc}")
+    if not program.tunables:
+        return _fail(f"[red]nothing to search:[/red] {program_path} declares no tunables.")
+    try:
+        project = Project.open(args.project) if Path(args.project).exists() else Project.create(args.project, task)
+    except ProjectError as exc:
+        return _fail(f"[red]project error:[/red] {exc}")
+    if project.task_hash != task.hash:
+        project.close()
+        return _fail(f"[red]project error:[/red] {args.project} belongs to task '{project.task_name}' with "
+                     f"different source than {args.task}; use another project file.")
+    try:
+        pool = _pool(args, task, project)
+        if isinstance(pool, int):
+            return pool
+        space = ScheduleSpace.from_program(program, task)
+        policy = make_policy(args.policy, space, feature_size(space, task, project.hardware), seed=args.seed)
+        return _run(Optimizer(task, program, pool, project, policy, Budget(args.budget, args.seconds),
+                              episode_length=args.episode, seed=args.seed, space=space,
+                              unrecorded="skip" if args.skip_unrecorded else "penalise"), args)
+    finally:
+        project.close()
+
+
+def _pool(args: argparse.Namespace, task: Any, project: Any) -> Any:
+    from core.project import ProjectError
+
+    from .replay import ReplayPool
+
+    if args.replay:
+        try:
+            pool = ReplayPool.from_files(args.replay)
+        except ProjectError as exc:
+            return _fail(f"[red]replay error:[/red] {exc}")
+        console.print(f"replaying {len(pool)} recorded verdicts from {', '.join(args.replay)} (no GPU used)")
+        if project.hardware is None and pool.hardware is not None:
+            project.set_hardware(pool.hardware)     # the GPU the record was measured on
+        return pool
+    from core.evaluation import Evaluator
+    from core.evaluation.probe import probe_gpus
+
+    probe = probe_gpus()
+    if not probe.can_run:
+        return _fail(f"[yellow]cannot measure here:[/yellow] {probe.reason}. Use --replay FILE to search over "
+                     "recorded measurements instead.", EXIT_UNAVAILABLE)
+    ev = Evaluator(task, args.device)
+    with console.status("starting the evaluator and measuring baselines..."):
+        ev.start()
+        project.set_hardware(ev.gpu)
+    return ev
+
+
+def _run(opt: Any, args: argparse.Namespace) -> int:
+    from .events import CandidateEvaluated, NewBest, PolicyUpdated, RunError
+
+    summary: list[Any] = []
+    failure: list[BaseException] = []
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console) as progress:
+        bar = progress.add_task(f"{args.policy} on {opt.task.name}", total=args.budget)
+
+        def observer(event: Any) -> None:
+            if isinstance(event, CandidateEvaluated):
+                progress.update(bar, completed=event.evaluations)
+            elif isinstance(event, NewBest):
+                progress.console.print(f"new best #{event.candidate_id}: {event.median_ms:.4f} ms"
+                                       + (f" ({event.speedup_eager:.2f}x eager)" if event.speedup_eager else ""))
+            elif isinstance(event, PolicyUpdated):
+                progress.console.print(f"[dim]policy update {event.updates}: "
+                                       + ", ".join(f"{k}={v:.3g}" for k, v in event.metrics.items()) + "[/dim]")
+            elif isinstance(event, RunError):
+                progress.console.print(f"[red]run error:[/red] {event.message}")
+
+        opt.observers.append(observer)
+
+        def target() -> None:
+            try:
+                summary.append(opt.run())
+            except BaseException as exc:   # reported below; the project already recorded an unclean stop
+                failure.append(exc)
+
+        thread = threading.Thread(target=target, name="optimizer")
+        thread.start()
+        try:
+            while thread.is_alive():
+                thread.join(0.2)
+        except KeyboardInterrupt:
+            progress.console.print("stopping after the candidate in flight...")
+            opt.stop()
+            thread.join()
+    close = getattr(opt.pool, "close", None)
+    if close:
+        close()
+    if failure:
+        return _fail(f"[red]the run failed:[/red] {type(failure[0]).__name__}: {failure[0]}", EXIT_REJECTED)
+    s = summary[0]
+    console.print(f"run {s.run_id} finished ({s.reason}): {s.evaluations} evaluations, "
+                  + ", ".join(f"{k} {v}" for k, v in s.counts.items()))
+    table = Table(title="fastest candidates", header_style="bold")
+    for col in ("id", "branch", "schedule", "median", "vs eager", "origin"):
+        table.add_column(col)
+    for rec in opt.project.best(5):
+        speedup = (rec.measurement or {}).get("speedup_eager")
+        table.add_row(str(rec.id), str(rec.branch_id), " ".join(f"{k}={v}" for k, v in rec.schedule.items()),
+                      f"{rec.median_ms:.4f} ms", f"{speedup:.2f}x" if speedup else "-", rec.origin)
+    console.print(table)
+    return EXIT_OK

@@ -1,0 +1,403 @@
+"""The optimiser loop: propose an edit -> record it queued -> evaluate -> reward -> learn.
+
+Control (thread-safe, from any thread while run() blocks in another):
+- pause(): returns at once. The step in flight (if any) completes and is recorded; no new
+  candidate is proposed until resume(). wait_paused() blocks until the loop is parked.
+- resume(): proposing continues where it stopped (same episode, same counters).
+- stop(): the step in flight completes; run() then records the end of the run and returns.
+- fork(candidate_id): adds a branch at once; the loop's next episode starts from that
+  candidate's schedule on the new branch (the current episode ends at the next step boundary).
+Every candidate is committed as queued before it is evaluated and its verdict is committed
+before the next one is proposed, so a kill loses at most the one in flight (left "queued").
+"""
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from core.project import CandidateRecord
+
+from .events import (CandidateEvaluated, CandidateProposed, Finished, Forked, NewBest, Paused, PolicyUpdated,
+                     Resumed, RunError, RunStarted)
+from .features import state_vector
+from .policies.base import Policy, SearchState, Transition
+from .replay import NOT_RECORDED
+from .reward import RewardConfig, RewardTracker
+from .space import ScheduleSpace
+
+FINAL = ("measured", "compile_error", "wrong", "crashed", "timeout", "rejected")
+
+
+@dataclass(frozen=True)
+class Budget:
+    evaluations: int | None = None     # candidates evaluated (duplicates answered from the record do not count)
+    seconds: float | None = None       # wall time of this run() call
+
+
+@dataclass
+class RunSummary:
+    run_id: int
+    reason: str
+    evaluations: int
+    steps: int
+    best_candidate_id: int | None
+    best_ms: float | None
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class _Start:
+    branch_id: int
+    candidate_id: int | None
+    schedule: dict[str, int]
+
+
+class Optimizer:
+    def __init__(self, task: Any, program: Any, pool: Any, project: Any, policy: Policy,
+                 budget: Budget = Budget(evaluations=100), observers: Iterable[Any] = (), *,
+                 episode_length: int = 8, update_every: int = 16, seed: int = 0,
+                 reward: RewardConfig | None = None, unrecorded: str = "penalise",
+                 space: ScheduleSpace | None = None, gpu: dict[str, Any] | None = None,
+                 max_idle_episodes: int = 50, resume: bool = True, compile_ahead: int = 0):
+        if unrecorded not in ("penalise", "skip"):
+            raise ValueError("unrecorded must be 'penalise' or 'skip'")
+        self.task, self.program, self.pool, self.project, self.policy = task, program, pool, project, policy
+        self.budget = budget
+        self.observers = list(observers)
+        self.episode_length = episode_length
+        self.update_every = update_every
+        self.rng = random.Random(seed)
+        self.rng_ahead = random.Random(seed + 1)   # separate, so compile-ahead never changes the search
+        self.reward_config = reward or RewardConfig()
+        self.unrecorded = unrecorded
+        self.space = space or ScheduleSpace.from_program(program, task)
+        self.gpu = gpu or (project.hardware if project is not None else None)
+        self.max_idle_episodes = max_idle_episodes     # episodes in a row with nothing new to evaluate -> "exhausted"
+        self.resume_unfinished = resume
+        # Compile pipelining: while the GPU measures a candidate, up to `compile_ahead` of its
+        # one-edit neighbours are compiled on CPU workers through pool.prepare (the Evaluator's
+        # compile step, which fills the compile cache), so the next evaluation finds its cubin ready.
+        self.compile_ahead = compile_ahead if hasattr(pool, "prepare") else 0
+        self._compiler: ThreadPoolExecutor | None = None
+        self._ahead: list[Future] = []
+        self._prepared: set[str] = set()
+
+        self._run_gate = threading.Event()       # set = proposing allowed
+        self._run_gate.set()
+        self._parked = threading.Event()         # set while the loop waits in pause
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._pending_fork: _Start | None = None
+
+        self.evaluations = 0
+        self.steps = 0
+        self.best_id: int | None = None
+        self.best_ms: float | None = None
+        self._by_hash: dict[str, CandidateRecord] = {}
+        self._eager_ms: float | None = None
+        self._compile_ms: float | None = None
+
+    # ---- control -------------------------------------------------------------------------------
+
+    def pause(self) -> None:
+        self._run_gate.clear()
+
+    def resume(self) -> None:
+        self._run_gate.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._run_gate.set()     # a paused loop must wake up to finish
+
+    def wait_paused(self, timeout: float | None = None) -> bool:
+        return self._parked.wait(timeout)
+
+    @property
+    def paused(self) -> bool:
+        return not self._run_gate.is_set()
+
+    def fork(self, candidate_id: int, name: str | None = None) -> Any:
+        """A new branch starting from a recorded candidate; returns the Branch."""
+        rec = self.project.candidate(candidate_id)
+        if rec is None:
+            raise KeyError(f"{self.project.path} has no candidate {candidate_id}")
+        if rec.kind != "program":
+            raise ValueError(f"candidate {candidate_id} is a ModelNew solution; only programs have a schedule")
+        schedule = {k.name: int(rec.schedule.get(k.name, k.values[0])) for k in self.space.knobs}
+        name = name or f"fork-{candidate_id}-{len(self.project.branches()) + 1}"
+        branch = self.project.add_branch(name, parent_candidate_id=candidate_id)
+        with self._lock:
+            self._pending_fork = _Start(branch.id, candidate_id, schedule)
+        return branch
+
+    # ---- events ----------------------------------------------------------------------------------
+
+    def _emit(self, event: Any) -> None:
+        for observer in self.observers:
+            observer(event)
+
+    # ---- the loop --------------------------------------------------------------------------------
+
+    def run(self) -> RunSummary:
+        resumes = self._unfinished_run() if self.resume_unfinished else None
+        run = self.project.run_started(meta={"policy": self.policy.name, "task": self.task.name,
+                                             "budget": {"evaluations": self.budget.evaluations,
+                                                        "seconds": self.budget.seconds}}, resumes=resumes)
+        self.run_id = run.id
+        self._load_history(resumes)
+        self._emit(RunStarted(run.id, self.policy.name, self.task.name, self.budget.evaluations,
+                              self.budget.seconds, resumes))
+        reason = "error"
+        try:
+            self._finish_interrupted(resumes)
+            reason = self._loop()
+        except Exception as exc:
+            self._emit(RunError(f"{type(exc).__name__}: {exc}"))
+            self.project.run_stopped(clean=False)
+            raise
+        finally:
+            self._close_compiler()
+        self.project.run_stopped(clean=True)
+        self._emit(Finished(reason, self.evaluations, self.best_id, self.best_ms))
+        return RunSummary(run.id, reason, self.evaluations, self.steps, self.best_id, self.best_ms,
+                          self.project.counts_by_status())
+
+    def _unfinished_run(self) -> int | None:
+        from core.project import run_may_be_live
+
+        dead = [r for r in self.project.unfinished_runs() if not run_may_be_live(r)]
+        return dead[-1].id if dead else None
+
+    def _load_history(self, resumes: int | None) -> None:
+        """Known verdicts (for duplicates), the best so far, counters of the run being resumed,
+        the baselines and the policy's latest checkpoint."""
+        chain = self._run_chain(resumes)
+        for rec in self.project.candidates(status=FINAL):
+            if rec.kind != "program" or rec.reason == NOT_RECORDED:
+                continue
+            self._by_hash.setdefault(rec.candidate_hash, rec)
+            if rec.extra.get("run") in chain and rec.extra.get("counted", True):
+                self.evaluations += 1
+        best = self.project.best(1)
+        if best:
+            self.best_id, self.best_ms = best[0].id, best[0].median_ms
+        baselines = self.pool.baselines()
+        if baselines is not None:
+            self._eager_ms = baselines.eager.median_ms if baselines.eager else None
+            self._compile_ms = baselines.compile.median_ms if baselines.compile else None
+        ckpt = self.project.latest_checkpoint(self.policy.name)
+        if ckpt is not None:
+            try:
+                self.policy.load_state_dict(json.loads(ckpt.blob.decode()))
+            except (ValueError, KeyError, TypeError):
+                pass     # a checkpoint for another task's action space: start fresh
+
+    def _finish_interrupted(self, resumes: int | None) -> None:
+        """Evaluate the candidates a killed run left queued (at most the one it had in flight)."""
+        from core.program import KernelProgram
+
+        chain = self._run_chain(resumes)
+        for rec in list(self.project.candidates(status=("queued", "compiled"))):
+            if rec.kind != "program" or rec.extra.get("run") not in chain:
+                continue
+            result = self.pool.evaluate(KernelProgram.from_json(rec.program))
+            self.evaluations += 1
+            median = result.measurement.median_ms if result.ok and result.measurement else None
+            r = RewardTracker(self.reward_config).reward(result.status.value, median, None, self._eager_ms,
+                                                         self._compile_ms)
+            self.project.record_result(rec.id, result, reward=r)
+            rec = self.project.candidate(rec.id)
+            self._by_hash.setdefault(rec.candidate_hash, rec)
+            self._emit(CandidateEvaluated(rec.id, rec.branch_id, rec.status, rec.reason, median, r,
+                                          self.evaluations))
+            self._note_best(rec)
+
+    def _run_chain(self, resumes: int | None) -> set[int]:
+        runs = {r.id: r for r in self.project.runs()}
+        chain: set[int] = set()
+        while resumes is not None and resumes not in chain:
+            chain.add(resumes)
+            resumes = runs[resumes].resumed_from if resumes in runs else None
+        return chain
+
+    def _budget_reason(self, started: float) -> str | None:
+        if self._stop.is_set():
+            return "stopped"
+        if self.budget.evaluations is not None and self.evaluations >= self.budget.evaluations:
+            return "evaluations"
+        if self.budget.seconds is not None and time.monotonic() - started >= self.budget.seconds:
+            return "seconds"
+        return None
+
+    def _gate(self) -> None:
+        """Park here while paused."""
+        if not self._run_gate.is_set():
+            self._emit(Paused(self.evaluations))
+            self._parked.set()
+            self._run_gate.wait()
+            self._parked.clear()
+            if not self._stop.is_set():
+                self._emit(Resumed(self.evaluations))
+
+    def _loop(self) -> str:
+        started = time.monotonic()
+        start = _Start(1, None, self.space.default())
+        idle = 0
+        while True:
+            with self._lock:
+                if self._pending_fork is not None:
+                    start, self._pending_fork = self._pending_fork, None
+                    self._emit(Forked(start.branch_id, self.project.branch(start.branch_id).name,
+                                      start.candidate_id))
+            outcome = self._episode(start, started)
+            if outcome in ("stopped", "evaluations", "seconds"):
+                return outcome
+            idle = idle + 1 if outcome == "idle" else 0
+            if idle >= self.max_idle_episodes:
+                return "exhausted"
+
+    def _state(self, schedule: dict[str, int], step: int, status: str | None, measurement: dict | None,
+               median: float | None) -> SearchState:
+        features = state_vector(self.space, self.task, self.gpu, schedule, status, measurement, self._eager_ms)
+        return SearchState(dict(schedule), features, step, status, median)
+
+    def _episode(self, start: _Start, started: float) -> str:
+        """One episode of edits; returns a budget reason, "forked", "idle" (nothing new) or "done"."""
+        schedule, parent_id, branch_id = dict(start.schedule), start.candidate_id, start.branch_id
+        if parent_id is None:
+            # The start schedule is measured first (once), so the first edit has a time to beat.
+            self._gate()
+            reason = self._budget_reason(started)
+            if reason:
+                return reason
+            result, rec, _ = self._evaluate(self.program.with_schedule(schedule), branch_id, None, "start", -1)
+            if result is not None:
+                # Not an action, so no policy learns from it; stored like an edit with no time before it.
+                r0 = RewardTracker(self.reward_config).reward(rec.status, rec.median_ms, None, self._eager_ms,
+                                                              self._compile_ms)
+                self.project.record_result(rec.id, result, reward=r0)
+                self._emit(CandidateEvaluated(rec.id, branch_id, rec.status, rec.reason, rec.median_ms, r0,
+                                              self.evaluations))
+                self._note_best(rec)
+            parent_id = rec.id
+        parent = self.project.candidate(parent_id)
+        prev_ms = parent.median_ms if parent is not None and parent.status == "measured" else None
+        tracker = RewardTracker(self.reward_config)
+        state = self._state(schedule, 0, parent.status if parent else None, parent.measurement if parent else None,
+                            prev_ms)
+        new = 0
+        for step in range(self.episode_length):
+            self._gate()
+            reason = self._budget_reason(started)
+            if reason:
+                return reason
+            if self._pending_fork is not None:
+                return "forked"
+            mask = self.space.mask(schedule)
+            if not any(mask):
+                break
+            action = self.policy.propose(state, mask, self.rng)
+            if not mask[action]:
+                raise RuntimeError(f"policy {self.policy.name} chose masked action {action}")
+            next_schedule = self.space.apply(schedule, action)
+            candidate = self.program.with_schedule(next_schedule)
+            label = self.space.actions[action].label()
+            result, rec, counted = self._evaluate(candidate, branch_id, parent_id, label, step)
+            new += counted
+            median = rec.median_ms if rec.status == "measured" else None
+            r = tracker.reward(rec.status, median, prev_ms, self._eager_ms, self._compile_ms)
+            if rec.reward is None and result is not None:
+                self.project.record_result(rec.id, result, reward=r)
+            self._emit(CandidateEvaluated(rec.id, branch_id, rec.status, rec.reason, median, r, self.evaluations,
+                                          from_record=result is None))
+            self._note_best(rec)
+            done = step == self.episode_length - 1
+            if median is not None:         # a correct edit moves the episode; a failed one is undone
+                schedule, parent_id, prev_ms = next_schedule, rec.id, median
+            next_state = self._state(schedule, step + 1, rec.status, rec.measurement, median)
+            if counted or self.unrecorded == "penalise" or rec.reason != NOT_RECORDED:
+                self.policy.observe(Transition(state, action, r, next_state, done, {"candidate_id": rec.id}))
+                self.steps += 1
+                if self.steps % self.update_every == 0:
+                    self._learn()
+            state = next_state
+        return "done" if new else "idle"
+
+    def _note_best(self, rec: CandidateRecord) -> None:
+        median = rec.median_ms if rec.status == "measured" else None
+        if median is not None and (self.best_ms is None or median < self.best_ms):
+            self.best_id, self.best_ms = rec.id, median
+            self._emit(NewBest(rec.id, median, (rec.measurement or {}).get("speedup_eager")))
+
+    def _evaluate(self, candidate: Any, branch_id: int, parent_id: int | None, label: str,
+                  step: int) -> tuple[Any, CandidateRecord, bool]:
+        """(EvalResult or None when answered from the record, the record, counted as an evaluation).
+        A fresh candidate is committed as queued, evaluated, and its verdict committed."""
+        h = candidate.content_hash()
+        known = self._by_hash.get(h)
+        if known is not None:
+            return None, known, False
+        rec = CandidateRecord.from_program(candidate, branch_id=branch_id, parent_id=parent_id,
+                                           origin=f"{self.policy.name}:{label}")
+        rec.extra = {"run": self.run_id, "step": step}
+        self.project.add_candidate(rec)
+        self._emit(CandidateProposed(rec.id, branch_id, parent_id, label, dict(candidate.schedule), step))
+        self._compile_neighbours(candidate.schedule)
+        result = self.pool.evaluate(candidate)
+        counted = not (result.reason == NOT_RECORDED and self.unrecorded == "skip")
+        if counted:
+            self.evaluations += 1
+        else:
+            rec.extra["counted"] = False
+            self.project.update_candidate(rec.id, extra=rec.extra)
+        self.project.record_result(rec.id, result)        # reward is filled in right after
+        rec = self.project.candidate(rec.id)
+        if result.reason != NOT_RECORDED:
+            self._by_hash[h] = rec
+        return result, rec, counted
+
+    def _compile_neighbours(self, schedule: dict[str, int]) -> None:
+        if self.compile_ahead <= 0:
+            return
+        if self._compiler is None:
+            self._compiler = ThreadPoolExecutor(self.compile_ahead, thread_name_prefix="compile-ahead")
+        for future in self._ahead:
+            future.cancel()              # neighbours of an earlier candidate: no longer likely next
+        self._ahead = []
+        mask = self.space.mask(schedule)
+        choices = [i for i, ok in enumerate(mask) if ok]
+        self.rng_ahead.shuffle(choices)
+        for i in choices:
+            if len(self._ahead) >= self.compile_ahead:
+                break
+            nxt = self.program.with_schedule(self.space.apply(schedule, i))
+            h = nxt.content_hash()
+            if h in self._by_hash or h in self._prepared:
+                continue
+            self._prepared.add(h)
+            self._ahead.append(self._compiler.submit(self._prepare_quietly, nxt))
+
+    def _prepare_quietly(self, candidate: Any) -> None:
+        try:
+            self.pool.prepare(candidate)
+        except Exception:
+            pass     # the real evaluation reports any problem with this candidate
+
+    def _close_compiler(self) -> None:
+        if self._compiler is not None:
+            self._compiler.shutdown(wait=False, cancel_futures=True)
+            self._compiler = None
+
+    def _learn(self) -> None:
+        metrics = self.policy.update()
+        if metrics is None:
+            return
+        state = self.policy.state_dict()
+        ckpt = self.project.save_checkpoint(self.policy.name, json.dumps(state).encode(),
+                                            meta={"run": self.run_id, "steps": self.steps, **metrics})
+        self._emit(PolicyUpdated(self.policy.name, getattr(self.policy, "updates", 0), metrics, ckpt.id))

@@ -1,0 +1,248 @@
+"""The optimiser loop driven by a replay pool of made-up test data (see tests/support/replay_run.py)."""
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from core.project import Project
+from core.search.events import (CandidateEvaluated, CandidateProposed, Finished, Forked, NewBest, Paused,
+                                PolicyUpdated, Resumed, RunStarted)
+from core.search.features import feature_size
+from core.search.optimizer import Budget, Optimizer
+from core.search.policies import make_policy
+from core.search.policies.ppo import PPOConfig
+from core.search.replay import ReplayPool
+from core.search.space import ScheduleSpace
+from core.tasks import load_task
+from tests.support.replay_run import TASK_PATH, record_project, search_program
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def record(tmp_path_factory) -> Path:
+    return record_project(tmp_path_factory.mktemp("rec") / "record.cuagent")
+
+
+@pytest.fixture(scope="module")
+def task():
+    return load_task(TASK_PATH)
+
+
+class SlowPool:
+    """A ReplayPool that takes a little time per evaluation, so control calls land mid-run."""
+
+    def __init__(self, pool: ReplayPool, delay: float):
+        self.pool, self.delay, self.calls = pool, delay, 0
+
+    def evaluate(self, candidate):
+        self.calls += 1
+        time.sleep(self.delay)
+        return self.pool.evaluate(candidate)
+
+    def baselines(self):
+        return self.pool.baselines()
+
+    def close(self):
+        pass
+
+
+def make(task, record, tmp_path, policy="random", budget=Budget(evaluations=10), delay=0.0, **kw):
+    extra = {"config": PPOConfig(min_batch=4)} if policy == "ppo" else {}
+    program = search_program()
+    space = ScheduleSpace.from_program(program, task)
+    project = Project.create(tmp_path / f"run-{policy}-{time.monotonic_ns()}.cuagent", task)
+    pool = SlowPool(ReplayPool.from_files([record]), delay)
+    events: list = []
+    opt = Optimizer(task, program, pool, project, make_policy(policy, space, feature_size(space, task), seed=1, **extra),
+                    budget, [events.append], space=space, **kw)
+    return opt, project, pool, events
+
+
+@pytest.mark.parametrize("policy", ["random", "evolution", "ppo"])
+def test_budget_by_evaluations_and_consistent_project(task, record, tmp_path, policy):
+    opt, project, pool, events = make(task, record, tmp_path, policy, Budget(evaluations=12), update_every=4)
+    summary = opt.run()
+    assert summary.reason == "evaluations" and summary.evaluations == 12
+    assert pool.calls == 12                                  # duplicates never re-evaluated
+    assert isinstance(events[0], RunStarted) and isinstance(events[-1], Finished)
+    proposed = [e for e in events if isinstance(e, CandidateProposed)]
+    evaluated = [e for e in events if isinstance(e, CandidateEvaluated) and not e.from_record]
+    assert [e.candidate_id for e in proposed] == [e.candidate_id for e in evaluated]
+    # every proposal is followed by its verdict before the next proposal
+    order = [(type(e).__name__, e.candidate_id) for e in events if isinstance(e, (CandidateProposed, CandidateEvaluated))
+             and not getattr(e, "from_record", False)]
+    assert all(order[i][0] == "CandidateProposed" and order[i + 1] == ("CandidateEvaluated", order[i][1])
+               for i in range(0, len(order), 2))
+    assert project.count() == 12 and project.count(status="queued") == 0
+    assert all(r.reward is not None for r in project.candidates())
+    assert project.runs()[-1].finished and project.runs()[-1].clean
+    bests = [e for e in events if isinstance(e, NewBest)]
+    assert bests and bests[-1].candidate_id == project.best(1)[0].id
+    if policy == "ppo":
+        assert any(isinstance(e, PolicyUpdated) for e in events)
+        assert project.latest_checkpoint("ppo") is not None
+    project.close()
+
+
+def test_budget_by_seconds(task, record, tmp_path):
+    opt, project, _, events = make(task, record, tmp_path, budget=Budget(seconds=0.3), delay=0.05)
+    t0 = time.monotonic()
+    summary = opt.run()
+    assert summary.reason in ("seconds", "exhausted")
+    assert time.monotonic() - t0 < 0.3 + 0.5
+    assert project.count() == summary.evaluations >= 1
+    project.close()
+
+
+def test_pause_stops_proposing_and_resume_continues(task, record, tmp_path):
+    opt, project, _, events = make(task, record, tmp_path, budget=Budget(evaluations=15), delay=0.02)
+    thread = threading.Thread(target=opt.run)
+    thread.start()
+    while opt.evaluations < 3 and thread.is_alive():
+        time.sleep(0.005)
+    opt.pause()
+    assert opt.wait_paused(5)
+    n = project.count()
+    time.sleep(0.3)
+    assert project.count() == n and project.count(status="queued") == 0     # nothing new was proposed
+    assert isinstance([e for e in events if not isinstance(e, (NewBest,))][-1], Paused)
+    opt.resume()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert project.count() == 15 and any(isinstance(e, Resumed) for e in events)
+    project.close()
+
+
+def test_stop_leaves_a_consistent_project(task, record, tmp_path):
+    opt, project, _, events = make(task, record, tmp_path, budget=Budget(evaluations=100), delay=0.02)
+    thread = threading.Thread(target=opt.run)
+    thread.start()
+    while opt.evaluations < 4 and thread.is_alive():
+        time.sleep(0.005)
+    opt.stop()
+    thread.join(10)
+    finished = events[-1]
+    assert isinstance(finished, Finished) and finished.reason == "stopped"
+    evaluated = [e for e in events if isinstance(e, CandidateEvaluated) and not e.from_record]
+    assert project.count() == len(evaluated) == finished.evaluations
+    assert project.count(status="queued") == 0
+    assert project.runs()[-1].finished and not project.unfinished_runs()
+    project.close()
+
+
+def test_fork_starts_from_the_chosen_candidate(task, record, tmp_path):
+    opt, project, _, events = make(task, record, tmp_path, budget=Budget(evaluations=14), delay=0.01)
+    thread = threading.Thread(target=opt.run)
+    thread.start()
+    while opt.evaluations < 3 and thread.is_alive():
+        time.sleep(0.005)
+    opt.pause()
+    opt.wait_paused(5)
+    chosen = next(project.candidates(status="measured"))
+    branch = opt.fork(chosen.id)
+    opt.resume()
+    thread.join(10)
+    forked = [e for e in events if isinstance(e, Forked)]
+    assert forked and forked[0].branch_id == branch.id and forked[0].from_candidate_id == chosen.id
+    # the first step after the fork is one edit away from the chosen candidate's schedule
+    after = events[events.index(forked[0]) + 1:]
+    first_eval = next(e for e in after if isinstance(e, CandidateEvaluated))
+    first = project.candidate(first_eval.candidate_id)
+    assert sum(first.schedule[k] != chosen.schedule[k] for k in chosen.schedule) == 1
+    if not first_eval.from_record:     # newly evaluated: recorded on the branch, child of the chosen one
+        assert first.branch_id == branch.id and first.parent_id == chosen.id
+    project.close()
+
+
+def test_unrecorded_candidates_can_be_skipped(task, record, tmp_path):
+    opt, project, pool, events = make(task, record, tmp_path, budget=Budget(evaluations=5), unrecorded="skip")
+    space = opt.space
+    opt.space = ScheduleSpace(space.knobs)        # no task env: BLOCK=2048 is no longer masked
+    opt.run()
+    misses = [e for e in events if isinstance(e, CandidateEvaluated) and e.reason == "not in the replay record"]
+    assert opt.evaluations == 5
+    assert project.count() == 5 + len(misses)
+    project.close()
+
+
+def test_kill_9_mid_run_then_reopen(task, record, tmp_path):
+    path = tmp_path / "killed.cuagent"
+    proc = subprocess.Popen([sys.executable, "-m", "tests.support.replay_run", str(record), str(path),
+                             "--delay", "0.03"], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    printed: list[int] = []
+    run_id = None
+    deadline = time.monotonic() + 30
+    while len(printed) < 6 and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if line.startswith("run "):
+            run_id = int(line.split()[1])
+        elif line.startswith("evaluated "):
+            printed.append(int(line.split()[1]))
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert len(printed) >= 6, "the replay run did not get going"
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    with Project.open(path) as project:
+        for cid in printed:
+            rec = project.candidate(cid)
+            assert rec is not None and rec.status not in ("queued", "compiled") and rec.reward is not None
+        assert [r.id for r in project.unfinished_runs()] == [run_id]
+        # resume: the new run continues the killed one and keeps counting its evaluations
+        program = search_program()
+        space = ScheduleSpace.from_program(program, task)
+        events: list = []
+        counted_before = sum(1 for r in project.candidates() if r.extra.get("run") == run_id
+                             and r.status not in ("queued", "compiled"))
+        opt = Optimizer(task, program, ReplayPool.from_files([record]), project,
+                        make_policy("random", space, 1), Budget(evaluations=counted_before + 2), [events.append],
+                        space=space)
+        summary = opt.run()
+        assert events[0].resumed_from == run_id
+        assert summary.evaluations == counted_before + 2
+        assert not project.unfinished_runs()
+        assert project.count(status=("queued", "compiled")) == 0     # the one in flight was evaluated
+        with sqlite3.connect(path) as db:
+            assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+class PreparingPool(SlowPool):
+    """Has prepare(), like core.evaluation.Evaluator: the loop compiles neighbours ahead."""
+
+    def __init__(self, pool, delay):
+        super().__init__(pool, delay)
+        self.prepared: list[dict] = []
+        self.lock = threading.Lock()
+
+    def prepare(self, candidate):
+        with self.lock:
+            self.prepared.append(dict(candidate.schedule))
+
+
+def test_compile_ahead_prepares_legal_neighbours_without_changing_the_search(task, record, tmp_path):
+    runs = []
+    for ahead in (0, 3):
+        opt, project, _, events = make(task, record, tmp_path, budget=Budget(evaluations=8))
+        opt.pool = PreparingPool(opt.pool.pool, 0.02)
+        opt.compile_ahead = ahead
+        opt.run()
+        runs.append([(type(e).__name__, getattr(e, "candidate_id", None)) for e in events
+                     if isinstance(e, (CandidateProposed, CandidateEvaluated))])
+        if ahead:
+            assert opt.pool.prepared, "nothing was compiled ahead"
+            assert all(opt.space.legal(s) for s in opt.pool.prepared)
+            keys = [tuple(sorted(s.items())) for s in opt.pool.prepared]
+            assert len(keys) == len(set(keys))           # each neighbour compiled ahead at most once
+        else:
+            assert not opt.pool.prepared
+        project.close()
+    assert runs[0] == runs[1]
