@@ -1,0 +1,107 @@
+"""Capture: example tasks trace to the expected ATen IR; the IR reproduces the Model on the CPU;
+unsupported graphs give clear errors. (These check the IR, not the generated CUDA.)"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from core.codegen import CodegenError, Ref, capture, generate
+from core.codegen.capture import capture_module
+from core.codegen.interpret import interpret
+from core.tasks import load_task_from_source
+from tests.test_codegen_cases import HEADER, POINTWISE_TASKS, SYNTHETIC, load, small_inputs
+
+
+def test_capture_act_gelu_ir():
+    g = capture(load("act_gelu"))
+    assert [(v.name, v.kind, v.shape, v.dtype) for v in g.inputs] == [("x", "input", (8192, 8192), "float32")]
+    assert g.ops() == ["gelu.default"]
+    assert g.nodes[0].attrs["approximate"] == "none"
+    assert g.outputs == [g.nodes[0].name]
+
+
+def test_capture_keeps_attributes_and_dtypes():
+    g = capture(load("act_gelu_tanh_bf16"))
+    assert g.nodes[0].attrs["approximate"] == "tanh" and g.nodes[0].dtype == "bfloat16"
+    g = capture(load("act_leaky_relu"))
+    assert g.ops() == ["leaky_relu.default"] and g.nodes[0].attrs["negative_slope"] == 0.01
+    g = capture(load("act_softplus"))   # decomposed: beta 2, threshold 10 become constants
+    assert g.ops() == ["mul.Tensor", "exp.default", "log1p.default", "div.Tensor", "gt.Scalar", "where.self"]
+    assert g.nodes[0].operands == [Ref("x"), 2.0] and g.nodes[4].attrs["other"] == 10.0
+    assert g.nodes[4].dtype == "bool"
+
+
+def test_capture_fused_names_weights_by_state_dict_key():
+    g = capture(load("fused_bias_gelu_scale_fp16"))
+    kinds = {v.name: (v.kind, v.shape, v.dtype) for v in g.inputs}
+    assert kinds == {"bias": ("weight", (16384,), "float16"), "x": ("input", (8192, 16384), "float16")}
+    assert g.ops() == ["add.Tensor", "gelu.default", "mul.Tensor", "clamp.default"]
+    assert g.nodes[0].operands == [Ref("x"), Ref("bias")]
+    assert g.nodes[2].operands[1] == 1.7                      # self.scale, a python float: a constant
+    assert (g.nodes[3].attrs["min"], g.nodes[3].attrs["max"]) == (-4.0, 4.0)
+
+
+def test_capture_hardswish_fp16_keeps_explicit_upcast():
+    g = capture(load("act_hardswish_fp16"))
+    assert g.ops()[0] == "_to_copy.default" and g.nodes[0].attrs["dtype"] == "float32"
+    assert g.ops()[-1] == "_to_copy.default" and g.nodes[-1].dtype == "float16"
+
+
+def test_capture_multi_output_and_python_scalar_input():
+    g = capture(load("red_max_lastdim"))
+    assert g.ops() == ["max.dim", "getitem", "getitem"]
+    assert [g.value(o).dtype for o in g.outputs] == ["float32", "int64"]
+    g = capture(load("promote_scalar_fp16"))
+    assert g.constants == {"alpha": 0.75}
+    assert [v.name for v in g.inputs if v.kind == "weight"] == ["shift"]
+
+
+@pytest.mark.parametrize("name", POINTWISE_TASKS + sorted(SYNTHETIC) +
+                         ["red_sum_dim1", "softmax_lastdim", "red_max_lastdim", "norm_rmsnorm_bf16"])
+def test_interpreted_ir_matches_model_on_cpu(name):
+    task = load(name)
+    model = task.make_model(seed=0, device="cpu")
+    inputs = small_inputs(task)
+    scalars = {n: v for n, v in zip(task.input_names, inputs) if not isinstance(v, torch.Tensor)}
+    graph = capture_module(model, inputs, name, task.input_names, scalars)
+    env = {n: v for n, v in zip(task.input_names, inputs) if isinstance(v, torch.Tensor)}
+    env.update(model.state_dict())
+    with torch.no_grad():
+        expected = model(*inputs)
+    expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+    got = interpret(graph, env)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        assert g.dtype == e.dtype and g.shape == e.shape
+        atol, rtol = task.tolerance()
+        torch.testing.assert_close(g, e, atol=atol, rtol=rtol, equal_nan=True)
+
+
+def test_unsupported_op_message_names_op_and_task():
+    with pytest.raises(CodegenError) as info:
+        generate(load("softmax_dim1_fp16"))                # softmax over a dim that is not the last
+    text = str(info.value)
+    assert "'softmax_dim1_fp16'" in text and "'_softmax.default'" in text and "\n" not in text
+    assert info.value.ops == ["_softmax.default"] and info.value.task == "softmax_dim1_fp16"
+    with pytest.raises(CodegenError) as info:
+        generate(load("fused_swiglu_bf16"))
+    assert "'permute.default'" in str(info.value) and "mm.default" in str(info.value)
+
+
+def test_untraceable_forward_gives_clear_error():
+    source = HEADER + '''
+class Model(nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:
+            return x * 2
+        return x
+
+def get_inputs():
+    return [torch.randn(8)]
+
+def get_init_inputs():
+    return []
+'''
+    task = load_task_from_source(source, "data_dependent")
+    with pytest.raises(CodegenError, match=r"Task 'data_dependent': torch.export could not trace"):
+        capture(task)
