@@ -9,17 +9,9 @@ from __future__ import annotations
 import itertools
 import random
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Mapping
+from typing import Iterator, Mapping
 
-Schedule = dict[str, int]
-Constraint = Callable[[Mapping[str, int]], "str | None"]
-
-
-@dataclass(frozen=True)
-class Knob:
-    name: str
-    values: tuple[int, ...]      # the first value is the default
-    doc: str = ""
+from core.search.space import Constraint, Knob, Schedule, first_violation
 
 
 @dataclass
@@ -34,14 +26,7 @@ class ScheduleSpec:
         return {k.name: k.values[0] for k in self.knobs}
 
     def why_illegal(self, schedule: Mapping[str, int]) -> str | None:
-        for knob in self.knobs:
-            if schedule.get(knob.name) not in knob.values:
-                return f"{knob.name}={schedule.get(knob.name)} is not one of {list(knob.values)}"
-        for constraint in self.constraints:
-            reason = constraint(schedule)
-            if reason:
-                return reason
-        return None
+        return first_violation(self.knobs, self.constraints, schedule)
 
     def legal(self, schedule: Mapping[str, int]) -> bool:
         return self.why_illegal(schedule) is None

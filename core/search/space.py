@@ -17,6 +17,19 @@ class Knob:
 
     name: str
     values: tuple[int, ...]
+    doc: str = ""
+
+
+def first_violation(knobs: list[Knob], constraints: list[Constraint], schedule: Mapping[str, int]) -> str | None:
+    """Why `schedule` is illegal by its knobs' value lists and the constraints, or None."""
+    for knob in knobs:
+        if schedule.get(knob.name) not in knob.values:
+            return f"{knob.name}={schedule.get(knob.name)} is not one of {list(knob.values)}"
+    for constraint in constraints:
+        reason = constraint(schedule)
+        if reason:
+            return reason
+    return None
 
 
 @dataclass(frozen=True)
@@ -91,13 +104,9 @@ class ScheduleSpace:
         return self.why_illegal(schedule) is None
 
     def _check(self, schedule: Mapping[str, int]) -> str | None:
-        for knob in self.knobs:
-            if schedule.get(knob.name) not in knob.values:
-                return f"{knob.name}={schedule.get(knob.name)} is not one of {list(knob.values)}"
-        for constraint in self.constraints:
-            reason = constraint(schedule)
-            if reason:
-                return reason
+        reason = first_violation(self.knobs, self.constraints, schedule)
+        if reason:
+            return reason
         if self.program is not None and self.env is not None:
             from core.program import LaunchLimits, ProgramError
 
