@@ -7,11 +7,12 @@ bridge's own @Slot runs in the GUI thread and calls the callback there.
 """
 from __future__ import annotations
 
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from PySide6.QtCore import QObject, Signal, Slot
+from PySide6.QtCore import QCoreApplication, QObject, Signal, Slot
 
 
 @dataclass
@@ -58,7 +59,11 @@ class Background:
     """A few worker threads for loads, probes and compile waits; results come back as Outcomes."""
 
     def __init__(self, parent: QObject, workers: int = 3):
-        self.bridge = ResultBridge(parent)
+        # The bridge must outlive the window: a worker that finishes after the window is gone (the
+        # GPU probe takes seconds) still emits on it. Emitting on a bridge being deleted crashed
+        # the process, so the bridge belongs to the application and is retired after the workers.
+        app = QCoreApplication.instance()
+        self.bridge = ResultBridge(app if app is not None else parent)
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="cuda-agent-gui")
 
     def submit(self, fn: Callable[..., Any], *args: Any, on_done: Callable[[Outcome], None],
@@ -69,8 +74,16 @@ class Background:
         return future
 
     def shutdown(self) -> None:
+        """Drop results from now on; the bridge is deleted once the last worker has finished."""
         self.bridge.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
+        bridge, executor = self.bridge, self._executor
+
+        def retire() -> None:
+            executor.shutdown(wait=True)   # nothing can emit on the bridge after this
+            bridge.deleteLater()           # thread-safe: the GUI thread deletes it
+
+        threading.Thread(target=retire, name="cuda-agent-gui-retire", daemon=True).start()
 
 
 def _outcome(future: Future) -> Outcome:
