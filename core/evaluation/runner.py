@@ -649,10 +649,10 @@ def runner_main(conn, device_index: int, role: str, scratch: str) -> None:
                     reason = "oversized allocation: " + reason
                 conn.send(P.Failure(status.value, reason, fatal=True))
                 os._exit(FATAL_EXIT)
-            conn.send(P.Failure(Status.CRASHED.value, f"evaluator error: {_short_exc(exc)}",
-                                fatal=not _context_healthy(runner),
+            fatal = not _context_healthy(runner)
+            conn.send(P.Failure(Status.CRASHED.value, f"evaluator error: {_short_exc(exc)}", fatal=fatal,
                                 details={"traceback": traceback.format_exc()}))
-            if not _context_healthy(runner):
+            if fatal:
                 os._exit(FATAL_EXIT)
 
 

@@ -153,7 +153,7 @@ class GpuSupervisor:
 
         # The process entry points can be replaced (tests drive the supervisor with fake workers).
         self.runner_target = runner_target or runner_main
-        self.judge_target = judge_target = judge_target or judge_main
+        self.judge_target = judge_target or judge_main
         self.settings = settings or SupervisorSettings()
         self.device_index = device_index
         self.task_msg = P.SetTask(task_name, task_source)
@@ -163,13 +163,12 @@ class GpuSupervisor:
         self.failures: dict[str, int] = {}
         self.recoveries: list[float] = []       # seconds from a runner's loss to a runner in service
         s = self.settings
-        self.judge = Worker(self.ctx, "judge", judge_target, (device_index, str(self.scratch)))
-        self.judge.send(self.task_msg)
+        # Judge and runner start side by side; each imports torch and builds a context.
+        self.judge = self._spawn_judge()
         self.runner = self._spawn_runner("runner")
         self.spare: Worker | None = None
-        replies = self.judge.drain(s.startup_timeout_s)
         self.task_info: P.TaskReady | None = None
-        self._startup_judge(replies)
+        self._settle_judge()
         self._settle(self.runner, s.startup_timeout_s)
         self._activate(self.runner)
         self.gpu = dict(self.runner.ready.gpu)
@@ -179,8 +178,15 @@ class GpuSupervisor:
 
     # ---- process management --------------------------------------------------------------------
 
-    def _startup_judge(self, replies: list[Any]) -> None:
-        for msg in replies:
+    def _spawn_judge(self) -> Worker:
+        w = Worker(self.ctx, "judge", self.judge_target, (self.device_index, str(self.scratch)))
+        w.send(self.task_msg)
+        return w
+
+    def _settle_judge(self) -> None:
+        """Wait for the judge to start and confirm the task (tolerance, FLOPs)."""
+        self.task_info = None
+        for msg in self.judge.drain(self.settings.startup_timeout_s):
             if isinstance(msg, P.TaskReady):
                 self.task_info = msg
             elif isinstance(msg, P.Failure):
@@ -304,10 +310,8 @@ class GpuSupervisor:
         """Restart a judge that died or hung (references are redrawn), and a missing runner."""
         if not self.judge.alive() or self.judge.pending:
             self.judge.kill()
-            self.judge = Worker(self.ctx, "judge", self.judge_target, (self.device_index, str(self.scratch)))
-            self.judge.send(self.task_msg)
-            self.task_info = None
-            self._startup_judge(self.judge.drain(self.settings.startup_timeout_s))
+            self.judge = self._spawn_judge()
+            self._settle_judge()
             self.bundle = None
             self._prefetch()
         if not self.runner.alive():
