@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (QComboBox, QDockWidget, QFileDialog, QLabel, QMai
                                QSplitter, QStackedWidget, QStyle, QVBoxLayout, QWidget)
 
 from app import gpu_status
+from app.export_dialog import PROJECT_FILTER, ExportDialog
 from app.files import EXAMPLES_DIR, PROGRAM_FILTER, PROGRAMS_DIR, TASK_FILTER, file_kind
 from app.gpu_status import GpuState
 from app.log_view import LogView
@@ -30,6 +31,7 @@ from app.widgets import ElidedLabel, ErrorBanner
 from app.workers import Background, Outcome
 from core.evaluation.probe import probe_gpus
 from core.program import ProgramError
+from core.project.ship import ShippedCandidate, exportable_candidates, export_from_project
 from core.tasks import SuiteResult, Task, TaskError, load_task, scan_suite
 from core.toolchain import CompilePool, CompileResult
 
@@ -50,7 +52,9 @@ class MainWindow(QMainWindow):
         self.program: LoadedProgram | None = None
         self.last_compile: CompileResult | None = None
         self.gpu: GpuState = gpu_status.CHECKING
-        self._requests = {"task": 0, "program": 0, "compile": 0}
+        self._requests = {"task": 0, "program": 0, "compile": 0, "export": 0}
+        self.export_dialog: ExportDialog | None = None
+        self.last_export: ShippedCandidate | None = None
         self._pool: CompilePool | None = None
         self._pool_lock = threading.Lock()
         self._closed = False
@@ -85,6 +89,11 @@ class MainWindow(QMainWindow):
         self.act_open_program.setShortcut(QKeySequence("Ctrl+Shift+O"))
         self.act_open_program.setToolTip("Open a kernel program (.json) or a ModelNew solution (.py)")
         self.act_open_program.triggered.connect(self._choose_program)
+        self.act_export = QAction(icon(sp.SP_DialogSaveButton), "Export Candidate…", self)
+        self.act_export.setShortcut(QKeySequence("Ctrl+E"))
+        self.act_export.setToolTip("Export a candidate of a project (.cuagent) as NAME.cu with its PyTorch "
+                                   "binding, a ModelNew file and a report")
+        self.act_export.triggered.connect(self._choose_export_project)
         self.act_check = QAction(icon(sp.SP_DialogApplyButton), "Check compile", self)
         self.act_check.setShortcut(QKeySequence("Ctrl+B"))
         self.act_check.triggered.connect(self.check_compile)
@@ -153,6 +162,8 @@ class MainWindow(QMainWindow):
         self.recent_menu = QMenu("Open &Recent", self)
         self.recent_menu.aboutToShow.connect(self._fill_recent_menu)
         menu.addMenu(self.recent_menu)
+        menu.addSeparator()
+        menu.addAction(self.act_export)
         menu.addSeparator()
         menu.addAction(self.act_close_program)
         menu.addAction(self.act_welcome)
@@ -255,6 +266,59 @@ class MainWindow(QMainWindow):
         """A new request number; results of older requests of the same kind are dropped."""
         self._requests[kind] += 1
         return self._requests[kind]
+
+    # ---- export ----------------------------------------------------------------------------
+
+    def _choose_export_project(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Export from Project", str(Path.home()), PROJECT_FILTER)
+        if path:
+            self.export_from(path)
+
+    def export_from(self, path: str | Path) -> None:
+        """Read the project's measured candidates (in a worker), then ask which one to export."""
+        path = Path(path).resolve()
+        token = self._next("export")
+        self._busy(f"Reading project {path.name}…")
+        self.background.submit(exportable_candidates, path, on_done=partial(self._export_choices, token, path))
+
+    def _export_choices(self, token: int, path: Path, outcome: Outcome) -> None:
+        if token != self._requests["export"]:
+            return
+        if outcome.error is not None:
+            self.show_error(f"Project '{path}' could not be read: {outcome.error}")
+            return
+        if not outcome.value:
+            self.show_error(f"Project '{path}' has no measured candidate yet: nothing to export.")
+            return
+        self.export_dialog = dialog = ExportDialog(path, outcome.value, self)
+        dialog.accepted.connect(lambda: self.export_candidate(path, dialog.candidate_id(), dialog.out_dir(),
+                                                              dialog.overwrite()))
+        self._busy(f"Choose a candidate of {path.name} to export")
+        dialog.open()
+
+    def export_candidate(self, path: str | Path, candidate_id: int | None, out_dir: str | Path,
+                         overwrite: bool = False) -> None:
+        """Write the candidate's files (the fastest measured one when candidate_id is None)."""
+        token = self._next("export")
+        which = "the fastest candidate" if candidate_id is None else f"candidate {candidate_id}"
+        self._busy(f"Exporting {which} to {out_dir}…")
+        self.log(f"Exporting {which} of {path} to {out_dir}")
+        self.background.submit(export_from_project, Path(path), Path(out_dir), candidate_id, overwrite,
+                               on_done=partial(self._exported, token, Path(out_dir)))
+
+    def _exported(self, token: int, out_dir: Path, outcome: Outcome) -> None:
+        if token != self._requests["export"]:
+            return
+        if outcome.error is not None:
+            hint = " (tick 'Replace files' to overwrite them)" if "would overwrite" in str(outcome.error) else ""
+            self.show_error(f"Export failed: {outcome.error}{hint}")
+            return
+        shipped: ShippedCandidate = outcome.value
+        self.last_export = shipped
+        self.log(f"Exported candidate {shipped.candidate_id} ({shipped.status}) of {shipped.task_name}:")
+        for f in shipped.files:
+            self.log(f"  {f}")
+        self.activity.set_full_text(f"Exported candidate {shipped.candidate_id} to {out_dir}")
 
     # ---- opening files ---------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from core.evaluation import Evaluator, Status, SupervisorSettings  # noqa: E402
+from core.evaluation import Evaluator, SupervisorSettings  # noqa: E402
 from core.program import load_solution  # noqa: E402
 from core.tasks import load_task  # noqa: E402
 
@@ -119,6 +119,7 @@ def recovery(ev: Evaluator, good, results: dict) -> None:
             time.sleep(0.01)
         out[case] = {"status": bad.status.value, "reason": bad.reason, "seconds_to_verdict": detected,
                      "runner_replaced_in_s": sup.recoveries[-1] if sup.recoveries else None,
+                     "replacement_phases": sup.recovery_phases[-1] if sup.recovery_phases else None,
                      "next_good_status": nxt.status.value, "next_good_eval_s": t2 - t1,
                      "old_process_gone_s": (old.exited_at - m0) if old.exited_at else None}
         sup.settings.check_timeout_s = SupervisorSettings().check_timeout_s
@@ -173,7 +174,8 @@ def markdown(results: dict) -> str:
         lines.append(f"- {case}: {rec['status']} after {rec['seconds_to_verdict']:.2f} s (of which replacing the runner "
                      f"{rec['runner_replaced_in_s']:.2f} s); next good candidate {rec['next_good_status']} in "
                      f"{rec['next_good_eval_s']:.2f} s; the failed process was gone "
-                     f"{'-' if gone is None else f'{gone:.2f}'} s after the candidate was submitted")
+                     f"{'-' if gone is None else f'{gone:.2f}'} s after the candidate was submitted"
+                     + "".join(f"; {k} {v:.2f} s" for k, v in (rec.get("replacement_phases") or {}).items()))
     if results.get("do_bench"):
         lines += ["", "| task | triton do_bench median us | our eager baseline us | ratio |", "|---|---|---|---|"]
         for r in results["do_bench"]:

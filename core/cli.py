@@ -295,43 +295,25 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from dataclasses import asdict
-
     from rich.markup import escape
 
-    from core.project import Project, ProjectError
-    from core.project.export import ExportError, export_record
-    from core.project.report import render_report
+    from core.project import ProjectError
+    from core.project.export import ExportError
+    from core.project.ship import NoSuchCandidate, NothingToExport, export_from_project
 
     try:
-        with Project.open(args.file, readonly=True) as project:
-            if args.candidate is None:
-                best = project.best(1)
-                if not best:
-                    err.print(f"[red]nothing to export:[/red] {escape(args.file)} has no measured candidate yet")
-                    return EXIT_REJECTED
-                record = best[0]
-            else:
-                record = project.candidate(args.candidate)
-                if record is None:
-                    err.print(f"[red]no candidate {args.candidate}[/red] in {escape(args.file)}")
-                    return EXIT_BAD_INPUT
-            task = project.load_task()
-            gpu = (project.hardware or {}).get("name")
-            branches = {b.id: b.name for b in project.branches()}
-            result = export_record(asdict(record), task, args.out, gpu=gpu, branch=branches.get(record.branch_id),
-                                   overwrite=args.force)
-            keys = project.baseline_keys()
-            baselines = project.baselines(keys[0]) if keys else None
-            summary = {"task": project.task_name, "task_hash": project.task_hash, "gpu": gpu, "branches": branches,
-                       "baselines": {k: asdict(t) for k, t in (("eager", getattr(baselines, "eager", None)),
-                                                             ("compile", getattr(baselines, "compile", None))) if t}}
-            report = render_report(summary, [asdict(c) for c in project.candidates()], args.out)
+        shipped = export_from_project(args.file, args.out, args.candidate, overwrite=args.force)
+    except NothingToExport:
+        err.print(f"[red]nothing to export:[/red] {escape(args.file)} has no measured candidate yet")
+        return EXIT_REJECTED
+    except NoSuchCandidate:
+        err.print(f"[red]no candidate {args.candidate}[/red] in {escape(args.file)}")
+        return EXIT_BAD_INPUT
     except (ProjectError, ExportError) as exc:
         err.print(f"[red]export error:[/red] {escape(str(exc))}")
         return EXIT_BAD_INPUT
-    console.print(f"exported candidate {record.id} ({record.status}) of {project.task_name} to {args.out}:")
-    for path in list(result.files) + [report]:
+    console.print(f"exported candidate {shipped.candidate_id} ({shipped.status}) of {shipped.task_name} to {args.out}:")
+    for path in shipped.files:
         console.print(f"  {path}")
     return EXIT_OK
 

@@ -148,8 +148,16 @@ extern "C" __global__ void __launch_bounds__(BLOCK)
     if base in REDUCTIONS:
         fn = f"rr_{combine}"
         result = "acc / (float)cols" if base == "mean" else "acc"
-        body = f"""    float acc = {ident[combine]};
-    for (long long c = lane; c < cols; c += lanes) acc = {fn}(acc, {ld});
+        if combine == "sum":
+            # Each thread adds up to cols / 32 values in a row; a double accumulator keeps that
+            # serial sum as accurate as a tree (free here: the loop waits on memory, not on adds).
+            loop = f"""    double part = 0.0;
+    for (long long c = lane; c < cols; c += lanes) part += (double)({ld});
+    float acc = (float)part;"""
+        else:
+            loop = f"""    float acc = {ident[combine]};
+    for (long long c = lane; c < cols; c += lanes) acc = {fn}(acc, {ld});"""
+        body = f"""{loop}
     acc = row_reduce<{fn}>(acc, {ident[combine]}, smem);
     if (lane == 0) y[r] = {store_expr(node.dtype, result)};
 }}

@@ -40,6 +40,14 @@ def _cuda_reason(exc: BaseException) -> str:
     return text if text.startswith("CUDA error") else f"CUDA error: {text}"
 
 
+def _gate_notes(run) -> list[str]:
+    """Say so when the host's launch outlasted the gate often enough to move the median."""
+    if run.samples_ms and run.uncovered_reps * 10 > len(run.samples_ms):
+        return [f"launch time leaked into {run.uncovered_reps} of {len(run.samples_ms)} repetitions "
+                f"(the call took longer to launch than the {run.gate_us:.0f} us gate)"]
+    return []
+
+
 class Runner:
     def __init__(self, device_index: int, role: str, scratch: Path):
         import torch
@@ -261,13 +269,15 @@ class Runner:
         samples, mismatched = run.samples_ms, run.mismatched_reps
         if isinstance(msg, P.Interleave):
             eager = EagerCall(model, live)
+            eager_gate = self.timer.run(eager.call, live_tensors, sources, release_outputs=True,
+                                        tolerance=msg.tolerance, reps=2).gate_us
             samples, baseline = [], []
             for _ in range(msg.rounds):
                 c = self.timer.run(bound.call, live_tensors, sources, release_outputs=not bound.fixed_outputs,
                                    poison_outputs=bound.poison if bound.fixed_outputs else None,
-                                   tolerance=msg.tolerance, reps=2, warmup=False)
+                                   tolerance=msg.tolerance, reps=2, warmup=False, gate_us=run.gate_us)
                 e = self.timer.run(eager.call, live_tensors, sources, release_outputs=True,
-                                   tolerance=msg.tolerance, reps=2, warmup=False)
+                                   tolerance=msg.tolerance, reps=2, warmup=False, gate_us=eager_gate)
                 samples += c.samples_ms
                 baseline += e.samples_ms
                 mismatched += c.mismatched_reps
@@ -275,7 +285,7 @@ class Runner:
         outputs = tuple(tuple(write_output(self.scratch, self.exporter, o, f"t{k}o{j}") for j, o in enumerate(outs))
                         for k, outs in enumerate(run.first_outputs))
         return P.TimeDone(samples, run.stray_ms, outputs, mismatched, time.perf_counter() - t0,
-                          baseline_samples_ms=baseline)
+                          baseline_samples_ms=baseline, notes=_gate_notes(run))
 
     def time_baseline(self, msg: P.TimeBaseline) -> P.TimeDone:
         t0 = time.perf_counter()
@@ -300,7 +310,8 @@ class Runner:
         else:
             raise ValueError(f"unknown baseline {msg.kind!r}")
         run = self.timer.run(call, live_tensors, sources, release_outputs=True, tolerance=msg.tolerance)
-        return P.TimeDone(run.samples_ms, run.stray_ms, (), run.mismatched_reps, time.perf_counter() - t0, notes)
+        return P.TimeDone(run.samples_ms, run.stray_ms, (), run.mismatched_reps, time.perf_counter() - t0,
+                          notes + _gate_notes(run))
 
 
 def _overlaps(a, b) -> bool:

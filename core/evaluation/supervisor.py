@@ -162,6 +162,7 @@ class GpuSupervisor:
         self.lock = threading.RLock()
         self.failures: dict[str, int] = {}
         self.recoveries: list[float] = []       # seconds from a runner's loss to a runner in service
+        self.recovery_phases: list[dict[str, float]] = []   # where each recovery's time went
         s = self.settings
         # Judge and runner start side by side; each imports torch and builds a context.
         self.judge = self._spawn_judge()
@@ -209,26 +210,32 @@ class GpuSupervisor:
         if isinstance(reply, P.Failure):
             raise WorkerDied(reply.reason)
 
-    def _fresh_runner(self) -> Worker:
+    def _fresh_runner(self, phases: dict[str, float] | None = None) -> Worker:
         """Take the spare (started earlier, never used) and start another spare behind it."""
+        t0 = time.monotonic()
         w = self.spare or self._spawn_runner("spare")
         self.spare = None
-        self._settle(w, self.settings.startup_timeout_s)
-        self._activate(w)
+        self._settle(w, self.settings.startup_timeout_s)     # a spare still starting: wait for it
+        t1 = time.monotonic()
+        self._activate(w)                                     # calibrates: waits for a free GPU
+        if phases is not None:
+            phases.update(spare_start_wait_s=t1 - t0, activate_s=time.monotonic() - t1)
         self.spare = self._spawn_runner("spare")
         return w
 
     def _replace_runner(self) -> None:
         t0 = time.monotonic()
         self.runner.kill()
+        phases: dict[str, float] = {}
         for attempt in range(2):
             try:
-                self.runner = self._fresh_runner()
+                self.runner = self._fresh_runner(phases)
                 break
             except (WorkerDied, WorkerTimeout):
                 if attempt:
                     raise
         self.recoveries.append(time.monotonic() - t0)
+        self.recovery_phases.append(phases)
 
     def _quiet_gpu(self) -> None:
         """No other kernels may run while a candidate is timed: the judge finishes its work first.

@@ -2,10 +2,13 @@
 
 Per repetition, outside the timed region: copy this repetition's input set into the live input
 buffers (sets alternate, so a kernel cannot replay an answer it remembers for a pointer), poison
-the outputs, then flush L2 by writing a buffer twice its size; wait for all of it, then spin
-30 us on the GPU so that the call's launch latency stays out of the measurement. Timed region:
-CUDA events around the call on the current stream. Then a third event after a device-wide synchronise: GPU time
-between the end event and that one, beyond the calibrated latency, is work the candidate started
+the outputs, then flush L2 by writing a buffer twice its size; wait for all of it. Then launch
+the *gate*: a spin kernel that holds every thread slot of every SM for longer than the host needs
+to launch the call (measured during warm-up), so the call's launch latency stays out of the
+measurement, and nothing the candidate starts on another stream can run hidden under it.
+Timed region: CUDA events around the call on the current stream. Then a third event after a
+device-wide synchronise: GPU time between the end event and that one, beyond the same gap measured
+for our own kernel of the same length on the timed stream, is work the candidate started
 somewhere the timed stream does not see (a side stream), and is reported as stray time.
 Every repetition's outputs are compared with the first, judged outputs of the same input set, so
 a kernel that skips work on later calls is caught.
@@ -39,6 +42,51 @@ class TimedRun:
     stray_ms: float
     first_outputs: list[list[torch.Tensor]]   # per input set: the outputs of its first run (judged)
     mismatched_reps: int
+    uncovered_reps: int = 0     # repetitions whose launch outlasted the gate (launch time leaked in)
+    gate_us: float = 0.0        # the gate's length in the timed repetitions
+
+
+# Holds every thread slot of the SM it runs on until `cycles` SM clock cycles have passed. Two
+# blocks of 1024 threads fill an SM of 2048 slots, so no other kernel's block can be resident.
+_GATE_SOURCE = r"""
+extern "C" __global__ void __launch_bounds__(1024) ca_timer_gate(long long cycles) {
+  long long start = clock64();
+  while (clock64() - start < cycles) { __nanosleep(256); }
+}
+"""
+
+
+class _Gate:
+    """The spin kernel, launched on the current torch stream; falls back to torch.cuda._sleep
+    (one thread: covers launch latency but not side streams) when CuPy cannot build it."""
+
+    def __init__(self, device: torch.device):
+        p = torch.cuda.get_device_properties(device)
+        threads = int(getattr(p, "max_threads_per_multi_processor", 2048))
+        self.block = min(1024, threads)
+        self.grid = p.multi_processor_count * max(1, threads // self.block)
+        self.kernel = None
+        self.kind = "sleep"
+        try:
+            import cupy
+
+            self.kernel = cupy.RawKernel(_GATE_SOURCE, "ca_timer_gate")
+            self.kernel.compile()
+            self.kind = "gate"
+            self._cupy = cupy
+        except Exception:  # no CuPy or no NVRTC: the weaker spin
+            self.kernel = None
+
+    def __call__(self, cycles: int) -> None:
+        if cycles <= 0:
+            return
+        if self.kernel is None:
+            torch.cuda._sleep(cycles)
+            return
+        import numpy as np
+
+        stream = self._cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+        self.kernel((self.grid,), (self.block,), (np.int64(cycles),), stream=stream)
 
 
 class Timer:
@@ -48,7 +96,8 @@ class Timer:
         # At least twice the L2 size, as int32 words.
         self.flush_buf = torch.empty(max(2 * l2_bytes, 64 << 20) // 4, dtype=torch.int32, device=device)
         self.sync_latency_ms = 0.0
-        self.lead_cycles = 0            # GPU clock cycles of the spin before each timed call
+        self.gate: _Gate | None = None
+        self.cycles_per_us = 0.0        # SM clock cycles of the gate per microsecond
 
     def flush(self) -> None:
         self.flush_buf.zero_()
@@ -67,28 +116,29 @@ class Timer:
             dones.append(d)
         gaps = sorted(e.elapsed_time(d) for e, d in zip(ends, dones))
         self.sync_latency_ms = gaps[len(gaps) // 2]
-        self.lead_cycles = self._cycles_for(self.LEAD_US)
+        self.gate = _Gate(self.device)
+        self.cycles_per_us = self._measure_gate()
         return self.sync_latency_ms
 
-    LEAD_US = 30.0   # longer than the host needs to launch a call; the most a side stream can hide
+    MIN_GATE_US = 30.0     # the gate is never shorter than this
+    MAX_GATE_US = 5000.0   # nor longer: a call that takes longer to launch pays its launch time
 
-    @staticmethod
-    def _cycles_for(us: float) -> int:
-        """Cycles of torch.cuda._sleep that last about `us` microseconds on this GPU (0: no spin)."""
-        sleep = getattr(torch.cuda, "_sleep", None)
-        if sleep is None:
-            return 0
-        probe = 200_000
+    def _measure_gate(self) -> float:
+        """Cycles of the gate per microsecond, at the clocks the GPU runs now."""
+        probe = 400_000
         times = []
         for _ in range(5):
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
-            sleep(probe)
+            self.gate(probe)
             b.record()
             torch.cuda.synchronize()
             times.append(a.elapsed_time(b))
         ms = sorted(times)[2]
-        return int(probe * (us / 1e3) / ms) if ms > 0 else 0
+        return probe / (ms * 1e3) if ms > 0 else 0.0
+
+    def _gate_cycles(self, us: float) -> int:
+        return int(us * self.cycles_per_us)
 
     def run(
         self,
@@ -102,6 +152,7 @@ class Timer:
         reps: int | None = None,
         warmup: bool = True,
         stop_on_mismatch: bool = True,
+        gate_us: float | None = None,
     ) -> TimedRun:
         """Warm up, then time `call` with the protocol above. `input_sets` alternate per repetition.
 
@@ -113,6 +164,11 @@ class Timer:
         n_sets = max(1, len(input_sets))
         atol, rtol = tolerance
         first: list[list[torch.Tensor] | None] = [None] * n_sets
+        if self.gate is None:
+            self.calibrate()
+        fixed_gate = gate_us
+        gate_us = gate_us or self.MIN_GATE_US
+        launch_us: list[float] = []     # host time from the gate's launch to the call's end event
 
         def one(rep: int, timed: bool):
             k = rep % n_sets
@@ -122,19 +178,19 @@ class Timer:
             if poison_outputs is not None:
                 poison_outputs()
             self.flush()
-            # Our own work must be finished before the candidate is called: work it starts on
-            # another stream could otherwise run hidden under the copy and the flush. A short
-            # spin on our stream then keeps the call's launch latency out of the timed region,
-            # and bounds what a side stream could hide to that spin.
-            torch.cuda.synchronize()
-            if self.lead_cycles:
-                torch.cuda._sleep(self.lead_cycles)
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             done = torch.cuda.Event(enable_timing=True)
+            # Our own work must be finished before the candidate is called: work it starts on
+            # another stream could otherwise run hidden under the copy and the flush. The gate
+            # then fills the GPU while the host launches the call.
+            torch.cuda.synchronize()
+            t_launch = time.perf_counter()
+            self.gate(self._gate_cycles(gate_us))
             start.record()
             outs = list(call())
             end.record()
+            launch_us.append((time.perf_counter() - t_launch) * 1e6)
             torch.cuda.synchronize()
             done.record()
             mismatch = False
@@ -163,6 +219,14 @@ class Timer:
                 return TimedRun([st.elapsed_time(en)], 0.0, [f or [] for f in first], 1)
             if time.perf_counter() - t0 > s.max_seconds:
                 break
+        # The gate must outlast the host's launch of the call: three times the typical launch
+        # time seen in warm-up (the first, cold repetitions are left out).
+        if warm_reps:
+            self.cycles_per_us = self._measure_gate() or self.cycles_per_us   # clocks have ramped now
+        if fixed_gate is None and launch_us:
+            settled = sorted(launch_us[len(launch_us) // 2:])
+            gate_us = min(self.MAX_GATE_US, max(self.MIN_GATE_US, 3.0 * settled[len(settled) // 2]))
+        launch_us.clear()
         if reps is None:
             # At least min_reps repetitions and at least min_total_ms of protocol wall time.
             if warm_reps:
@@ -178,11 +242,37 @@ class Timer:
         for r in range(reps):
             st, en, dn, mismatch = one(r, True)
             samples.append(st.elapsed_time(en))
-            strays.append(max(0.0, en.elapsed_time(dn) - self.sync_latency_ms))
+            strays.append(en.elapsed_time(dn))
             mismatched += int(mismatch)
             if mismatch and stop_on_mismatch:
                 break
             if r + 1 >= s.min_reps and time.perf_counter() - t0 > s.max_seconds:
                 break
-        strays.sort()
-        return TimedRun(samples, strays[len(strays) // 2], [f or [] for f in first], mismatched)
+        # Stray time is the end -> done gap beyond what the same protocol shows for work of the
+        # same length that certainly ran on the timed stream (host latencies vary with the wait).
+        gaps = sorted(strays)
+        samples_sorted = sorted(samples)
+        control = self._control_gap(samples_sorted[len(samples_sorted) // 2], gate_us)
+        uncovered = sum(us > gate_us for us in launch_us)
+        return TimedRun(samples, max(0.0, gaps[len(gaps) // 2] - control), [f or [] for f in first], mismatched,
+                        uncovered, gate_us)
+
+    def _control_gap(self, work_ms: float, gate_us: float, reps: int = 15) -> float:
+        """Median end -> done gap when the timed work is our own kernel of `work_ms` on the timed
+        stream: the host-side latency a candidate's gap is compared with."""
+        gaps = []
+        work_cycles = self._gate_cycles(work_ms * 1e3)
+        for _ in range(reps):
+            self.flush()
+            torch.cuda.synchronize()
+            start, end, done = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+            self.gate(self._gate_cycles(gate_us))
+            start.record()
+            self.gate(work_cycles)
+            end.record()
+            torch.cuda.synchronize()
+            done.record()
+            torch.cuda.synchronize()
+            gaps.append(end.elapsed_time(done))
+        gaps.sort()
+        return gaps[len(gaps) // 2]

@@ -375,7 +375,7 @@ def helpers_source(function_name: str) -> str:
 
 
 def expression_helpers_source() -> str:
-    """Only the helpers translated expressions call: plain C++17 (<cmath>, <cstdint>, <sstream>, <stdexcept>, <string>)."""
+    """Only the helpers translated expressions call: plain C++17 (<cmath>, <cstdint>, <cstdio>, <stdexcept>, <string>)."""
     return f"namespace {{\nnamespace ca {{\n\n{_EXPRESSION_HELPERS}\n}}  // namespace ca\n}}  // namespace\n"
 
 
@@ -383,11 +383,11 @@ _EXPRESSION_HELPERS = r"""// The launch plan's expressions have Python semantics
 // these helpers give the launcher the same values and the same errors as the search had.
 [[noreturn]] inline void fail(const std::string& problem) { throw std::domain_error(problem); }
 
+// snprintf, not an ostream: see shape_text below on numbers streamed in nvcc-built code.
 inline std::string show(double v) {
-  std::ostringstream s;
-  s.precision(17);
-  s << v;
-  return s.str();
+  char text[40];
+  std::snprintf(text, sizeof text, "%.17g", v);
+  return text;
 }
 
 inline double finite(double v) {
@@ -514,8 +514,10 @@ inline const char* dtype_name(at::ScalarType t) {
   }
 }
 
-// "[1001, 1003]", built by hand: streaming IntArrayRef into an error message crashed one nvcc
-// build on the H200 machine (2026-11-30), so the message is made of plain strings.
+// "[1001, 1003]", built by hand. Error messages carry no streamed integers: on the H200 machine
+// (torch 2.11 cu130, nvcc 13, 2026-11-30) TORCH_CHECK(false, "n ", int64_t(2)) in a .cu file
+// crashed the process instead of raising, while strings, C strings and devices were fine
+// (scripts/export_crash.py shows it), so numbers go through std::to_string first.
 inline std::string shape_text(const at::Tensor& t) {
   std::string s = "[";
   for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
@@ -528,7 +530,7 @@ inline at::Tensor prepare(const at::Tensor& t, const char* what, at::ScalarType 
   TORCH_CHECK(t.is_cuda(), kFunction, ": ", what, " must be a CUDA tensor, but it is on ", t.device());
   TORCH_CHECK(t.scalar_type() == dtype, kFunction, ": ", what, " must have dtype ", dtype_name(dtype), ", but has ",
               dtype_name(t.scalar_type()));
-  TORCH_CHECK(t.dim() == ndim, kFunction, ": ", what, " must have ", ndim, " dimension(s) as in the task, but has shape ",
+  TORCH_CHECK(t.dim() == ndim, kFunction, ": ", what, " must have ", std::to_string(ndim), " dimension(s) as in the task, but has shape ",
               shape_text(t));
   return t.contiguous();
 }

@@ -517,7 +517,7 @@ def render_cu(program: KernelProgram, task: Any, provenance: Mapping[str, Any] |
         "",
         "#include <cmath>",
         "#include <cstdint>",
-        "#include <sstream>",
+        "#include <cstdio>",
         "#include <stdexcept>",
         "#include <string>",
         "#include <vector>",

@@ -1,0 +1,141 @@
+"""The timing protocol's bookkeeping, on a simulated GPU timeline (no GPU needed).
+
+The simulation is a test double for torch.cuda's events and synchronise: one timed stream, one
+side stream, a host clock, and a host wake-up latency that grows with how long the host waited
+(the effect that made a legitimate 70 us kernel look like side-stream work on the H200). The
+protocol itself (gate length, stray time, uncovered launches) is the real code in
+core/evaluation/timer.py; tests/gpu/test_evaluator_gpu.py checks it on a real GPU.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from core.evaluation import timer as timer_mod
+from core.evaluation.timer import Timer, TimerSettings
+
+
+class SimGpu:
+    """Times in milliseconds. Work on the timed stream runs in order; side-stream work cannot
+    start before the gate (which fills the GPU) has ended."""
+
+    def __init__(self, wake_latency_per_ms: float = 0.2, base_latency_ms: float = 0.004):
+        self.host = 0.0
+        self.tail = 0.0          # when the timed stream's queued work ends
+        self.side_tail = 0.0
+        self.gate_end = 0.0
+        self.wake = wake_latency_per_ms
+        self.base = base_latency_ms
+
+    def launch(self, duration_ms: float, host_cost_ms: float = 0.005) -> None:
+        self.host += host_cost_ms
+        self.tail = max(self.tail, self.host) + duration_ms
+
+    def launch_side(self, duration_ms: float, host_cost_ms: float = 0.005) -> None:
+        self.host += host_cost_ms
+        self.side_tail = max(self.side_tail, self.host, self.gate_end) + duration_ms
+
+    def synchronize(self) -> None:
+        busy_until = max(self.tail, self.side_tail)
+        waited = max(0.0, busy_until - self.host)
+        self.host = max(self.host, busy_until) + self.base + self.wake * waited
+        self.tail = max(self.tail, self.host)
+
+    def perf_counter(self) -> float:
+        return self.host / 1e3
+
+
+class SimEvent:
+    sim: SimGpu
+
+    def __init__(self, enable_timing: bool = True):
+        self.t = None
+
+    def record(self) -> None:
+        self.sim.host += 0.002
+        self.t = max(self.sim.tail, self.sim.host)
+        self.sim.tail = self.t
+
+    def query(self) -> bool:
+        return self.sim.tail <= self.sim.host
+
+    def elapsed_time(self, other: "SimEvent") -> float:
+        return other.t - self.t
+
+
+class SimGate:
+    kind = "sim"
+
+    def __init__(self, sim: SimGpu):
+        self.sim = sim
+
+    def __call__(self, cycles: int) -> None:
+        if cycles > 0:
+            self.sim.launch(cycles / 1000.0 / 1e3)   # 1000 cycles per us
+            self.sim.gate_end = self.sim.tail
+
+
+@pytest.fixture
+def sim(monkeypatch):
+    gpu = SimGpu()
+    SimEvent.sim = gpu
+    monkeypatch.setattr(timer_mod.torch.cuda, "Event", SimEvent)
+    monkeypatch.setattr(timer_mod.torch.cuda, "synchronize", gpu.synchronize)
+    monkeypatch.setattr(timer_mod.time, "perf_counter", gpu.perf_counter)
+    return gpu
+
+
+def _timer(sim: SimGpu) -> Timer:
+    t = Timer(torch.device("cpu"), 1 << 20, TimerSettings(warmup_ms=5.0, min_reps=20, min_total_ms=10.0))
+    t.flush = lambda: sim.launch(0.025)       # the L2 flush: 25 us of our own work
+    t.gate = SimGate(sim)
+    t.cycles_per_us = 1000.0
+    t._measure_gate = lambda: 1000.0
+    return t
+
+
+def _run(t: Timer, call):
+    x = torch.ones(4)
+    return t.run(call, [x.clone()], [[x], [x * 2]])
+
+
+def test_a_legitimate_kernel_shows_no_stray_time_even_when_waiting_costs_latency(sim):
+    t = _timer(sim)
+    out = torch.zeros(4)
+
+    def call():
+        sim.launch(0.070, host_cost_ms=0.040)   # a 70 us kernel that takes 40 us to launch
+        return [out]
+
+    run = _run(t, call)
+    assert run.samples_ms and all(abs(s - 0.070) < 1e-9 for s in run.samples_ms)  # launch time stays out
+    assert run.stray_ms < 0.002, run.stray_ms
+    assert run.uncovered_reps == 0
+    assert 3 * 0.040 <= run.gate_us * 1e-3 + 1e-9     # the gate is three launch times long
+
+
+def test_side_stream_work_is_reported_as_stray_time(sim):
+    t = _timer(sim)
+    out = torch.zeros(4)
+
+    def call():
+        sim.launch_side(0.200)                   # all the work on a private stream
+        return [out]
+
+    run = _run(t, call)
+    assert max(run.samples_ms) < 0.01            # the timed stream saw (almost) nothing ...
+    assert run.stray_ms > 0.15, run.stray_ms     # ... and the work after it is reported
+
+
+def test_a_launch_longer_than_the_fixed_gate_is_counted_as_uncovered(sim):
+    t = _timer(sim)
+    out = torch.zeros(4)
+
+    def call():
+        sim.launch(0.050, host_cost_ms=0.100)   # 100 us to launch, gate fixed at 30 us
+        return [out]
+
+    x = torch.ones(4)
+    run = t.run(call, [x.clone()], [[x]], gate_us=30.0)
+    assert run.uncovered_reps == len(run.samples_ms)
+    assert min(run.samples_ms) > 0.050           # the launch time leaked into the samples
