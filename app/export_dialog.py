@@ -23,7 +23,8 @@ def _times(value: float | None) -> str:
 
 
 class ExportDialog(QDialog):
-    def __init__(self, project: Path, choices: list[CandidateChoice], parent: QWidget | None = None):
+    def __init__(self, project: Path, choices: list[CandidateChoice], parent: QWidget | None = None,
+                 preselect: int | None = None):
         super().__init__(parent)
         self.setWindowTitle(f"Export a candidate of {project.name}")
         self.choices = choices
@@ -47,7 +48,8 @@ class ExportDialog(QDialog):
                     item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 self.table.setItem(row, col, item)
         if choices:
-            self.table.selectRow(0)
+            ids = [c.id for c in choices]
+            self.table.selectRow(ids.index(preselect) if preselect in ids else 0)
         layout.addWidget(self.table)
 
         folder = QHBoxLayout()

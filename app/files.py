@@ -13,13 +13,16 @@ PROGRAM_FILTER = "Kernel programs and ModelNew solutions (*.json *.py);;All file
 
 
 def file_kind(path: str | Path) -> str:
-    """"task" or "program" for a path given on the command line or from Recent files.
+    """"task", "program" or "project" for a path given on the command line or from Recent files.
 
+    .cuagent is a project.
     .json is always a kernel program. A .py is a ModelNew solution when it defines class ModelNew
     and no class Model; anything else (including a file that does not parse) is treated as a task,
     so the task loader reports what is wrong with it.
     """
     path = Path(path)
+    if path.suffix.lower() == ".cuagent":
+        return "project"
     if path.suffix.lower() == ".json":
         return "program"
     try:

@@ -25,11 +25,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cuda-agent-gui",
         description="CUDA Agent desktop app: open a PyTorch reference task, view a kernel program "
-                    "next to it and check that it compiles. Without FILE a welcome page lists the "
-                    "example tasks and recent files.")
+                    "next to it, check that it compiles, run a search and follow it live, open a "
+                    "project and export its kernels. Without FILE a welcome page lists the example "
+                    "tasks and recent files.")
     parser.add_argument("file", nargs="?", metavar="FILE",
-                        help="a task file (.py, KernelBench format) or a program file (.json kernel "
-                             "program, or a .py defining ModelNew)")
+                        help="a task file (.py, KernelBench format), a program file (.json kernel "
+                             "program, or a .py defining ModelNew) or a project (.cuagent)")
     parser.add_argument("--quit-after", type=float, metavar="SECONDS",
                         help="close the window after SECONDS (for smoke tests of the installation)")
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")

@@ -20,6 +20,9 @@ from app.export_dialog import PROJECT_FILTER, ExportDialog
 from app.files import EXAMPLES_DIR, PROGRAM_FILTER, PROGRAMS_DIR, TASK_FILTER, file_kind
 from app.gpu_status import GpuState
 from app.log_view import LogView
+from app.run_controller import RunController
+from app.run_dialog import RunDialog
+from app.run_page import RunPage
 from app.program_info import LoadedProgram, compile_unavailable_reason, load_program, summary
 from app.settings import (GEOMETRY_KEY, SPLITTER_KEY, STATE_KEY, add_recent, open_settings,
                           read_bytes, read_recent)
@@ -30,7 +33,9 @@ from app.welcome import WelcomePage
 from app.widgets import ElidedLabel, ErrorBanner
 from app.workers import Background, Outcome
 from core.evaluation.probe import probe_gpus
-from core.program import ProgramError
+from core.program import KernelProgram, ProgramError
+from core.search import events as run_events
+from core.search.session import RunConfig
 from core.project.ship import ShippedCandidate, exportable_candidates, export_from_project
 from core.tasks import SuiteResult, Task, TaskError, load_task, scan_suite
 from core.toolchain import CompilePool, CompileResult
@@ -54,6 +59,7 @@ class MainWindow(QMainWindow):
         self.gpu: GpuState = gpu_status.CHECKING
         self._requests = {"task": 0, "program": 0, "compile": 0, "export": 0}
         self.export_dialog: ExportDialog | None = None
+        self.run_dialog: RunDialog | None = None
         self.last_export: ShippedCandidate | None = None
         self._pool: CompilePool | None = None
         self._pool_lock = threading.Lock()
@@ -94,12 +100,30 @@ class MainWindow(QMainWindow):
         self.act_export.setToolTip("Export a candidate of a project (.cuagent) as NAME.cu with its PyTorch "
                                    "binding, a ModelNew file and a report")
         self.act_export.triggered.connect(self._choose_export_project)
+        self.act_open_project = QAction(icon(sp.SP_DirOpenIcon), "Open Project…", self)
+        self.act_open_project.setShortcut(QKeySequence("Ctrl+Alt+O"))
+        self.act_open_project.setToolTip("Open a project (.cuagent): its candidates, rewards and lineage")
+        self.act_open_project.triggered.connect(self._choose_project)
         self.act_check = QAction(icon(sp.SP_DialogApplyButton), "Check compile", self)
         self.act_check.setShortcut(QKeySequence("Ctrl+B"))
         self.act_check.triggered.connect(self.check_compile)
-        self.act_run = QAction(icon(sp.SP_MediaPlay), "Run", self)
-        self.act_run.setEnabled(False)  # the optimizer arrives in a later version
+        self.act_run = QAction(icon(sp.SP_MediaPlay), "Run…", self)
+        self.act_run.setShortcut(QKeySequence("Ctrl+R"))
+        self.act_run.setEnabled(False)  # needs an open task
         self.act_run.setToolTip(gpu_status.CHECKING.run_tooltip)
+        self.act_run.triggered.connect(self.choose_run)
+        self.act_pause = QAction(icon(sp.SP_MediaPause), "Pause", self)
+        self.act_pause.setToolTip("Pause the search before its next proposal (Resume continues)")
+        self.act_pause.triggered.connect(self.toggle_pause)
+        self.act_stop = QAction(icon(sp.SP_MediaStop), "Stop", self)
+        self.act_stop.setToolTip("Stop the search after the candidate in flight; everything measured is kept")
+        self.act_stop.triggered.connect(self.stop_run)
+        self.act_fork = QAction(icon(sp.SP_ArrowRight), "Fork", self)
+        self.act_fork.setToolTip("Start a new branch of the search from the selected candidate")
+        self.act_fork.triggered.connect(self.fork_selected)
+        self.act_run_view = QAction(icon(sp.SP_FileDialogDetailedView), "Run View", self)
+        self.act_run_view.setToolTip("Show the run: reward plot, candidates, lineage")
+        self.act_run_view.triggered.connect(self.show_run_page)
         self.act_close_program = QAction("Close Program", self)
         self.act_close_program.triggered.connect(self.close_program)
         self.act_welcome = QAction(icon(sp.SP_DirHomeIcon), "Welcome Page", self)
@@ -126,9 +150,21 @@ class MainWindow(QMainWindow):
         self.splitter.setChildrenCollapsible(False)
         self.splitter.setSizes([1, 1])
 
+        self.run_page = RunPage()
+        self.run_page.candidate_selected.connect(lambda _id: self._update_run_actions())
+        self.run_controller = RunController(self)
+        self.run_controller.events.connect(self.run_page.add_events)
+        self.run_controller.events.connect(self._run_events)
+        self.run_controller.state_changed.connect(self._run_state)
+        self.run_controller.status.connect(self._busy)
+        self.run_controller.finished.connect(self._run_finished)
+        self.run_controller.failed.connect(self._run_failed)
+        self.run_controller.history_loaded.connect(self._history_loaded)
+
         self.pages = QStackedWidget()
         self.pages.addWidget(self.welcome)
         self.pages.addWidget(self.splitter)
+        self.pages.addWidget(self.run_page)
 
         central = QWidget()
         box = QVBoxLayout(central)
@@ -159,6 +195,7 @@ class MainWindow(QMainWindow):
         menu = self.menuBar().addMenu("&File")
         menu.addAction(self.act_open_task)
         menu.addAction(self.act_open_program)
+        menu.addAction(self.act_open_project)
         self.recent_menu = QMenu("Open &Recent", self)
         self.recent_menu.aboutToShow.connect(self._fill_recent_menu)
         menu.addMenu(self.recent_menu)
@@ -171,7 +208,12 @@ class MainWindow(QMainWindow):
         menu.addAction(self.act_quit)
         build = self.menuBar().addMenu("&Build")
         build.addAction(self.act_check)
-        build.addAction(self.act_run)
+        run = self.menuBar().addMenu("&Run")
+        for action in (self.act_run, self.act_pause, self.act_stop, self.act_fork):
+            run.addAction(action)
+        run.addSeparator()
+        run.addAction(self.act_export)
+        run.addAction(self.act_run_view)
         view = self.menuBar().addMenu("&View")
         view.addAction(self.task_dock.toggleViewAction())
         view.addAction(self.log_dock.toggleViewAction())
@@ -195,7 +237,12 @@ class MainWindow(QMainWindow):
         self.arch_combo.setToolTip("GPU architecture that Check compile builds a cubin for")
         bar.addWidget(self.arch_combo)
         bar.addSeparator()
-        bar.addAction(self.act_run)
+        for action in (self.act_pause, self.act_stop, self.act_fork, self.act_export, self.act_run_view):
+            action.setPriority(QAction.Priority.LowPriority)   # icon only in the toolbar: it stays narrow
+        for action in (self.act_run, self.act_pause, self.act_stop, self.act_fork, self.act_export,
+                       self.act_run_view):
+            bar.addAction(action)
+        self._update_run_actions()
 
     def _make_status_bar(self) -> None:
         bar = self.statusBar()
@@ -267,21 +314,126 @@ class MainWindow(QMainWindow):
         self._requests[kind] += 1
         return self._requests[kind]
 
+    # ---- search runs -----------------------------------------------------------------------
+
+    def _update_run_actions(self) -> None:
+        state = self.run_controller.state
+        live = state in ("running", "paused")
+        self.act_run.setEnabled(self.task is not None and self.task.path is not None and state == "idle")
+        self.act_pause.setEnabled(live)
+        self.act_pause.setText("Resume" if state == "paused" else "Pause")
+        self.act_stop.setEnabled(state in ("starting", "running", "paused"))
+        self.act_fork.setEnabled(live and self.run_page.selected_id() is not None)
+        self.act_run_view.setEnabled(self.run_page.project_path is not None)
+
+    def choose_run(self) -> None:
+        """Ask for the run's settings (non-blocking dialog), then start it."""
+        if self.task is None or self.task.path is None:
+            self.show_error("Open a task file first: the search tunes a program for a task.")
+            return
+        program = None
+        if self.program is not None and self.program.path.suffix == ".json":
+            program = self.program.path
+        dialog = RunDialog(self.task.path, self.task.name, self.settings, self.gpu.gpu_reason, program, self)
+        self.run_dialog = dialog
+
+        def accepted() -> None:
+            dialog.remember()
+            self.start_run(dialog.config())
+
+        dialog.accepted.connect(accepted)
+        dialog.open()
+
+    def start_run(self, config: RunConfig) -> None:
+        self.banner.dismiss()
+        try:
+            program_name = KernelProgram.load(config.program).name if config.program else ""
+        except Exception:  # reported by the run itself, with the file named
+            program_name = ""
+        self.run_page.begin(config.project, config.budget, self.task.name if self.task else "", config.policy)
+        self.pages.setCurrentWidget(self.run_page)
+        where = "replaying " + ", ".join(str(p) for p in config.replay) if config.replay else "on this GPU"
+        self.log(f"Starting a {config.policy} search of {program_name or 'the program'} ({config.budget} evaluations, "
+                 f"{where}) into {config.project}")
+        self.run_controller.start(config)
+        self._update_run_actions()
+
+    def toggle_pause(self) -> None:
+        if self.run_controller.state == "paused":
+            self.run_controller.resume()
+        else:
+            self.run_controller.pause()
+
+    def stop_run(self) -> None:
+        self.run_controller.stop()
+        self._busy("Stopping after the candidate in flight…")
+
+    def fork_selected(self) -> None:
+        candidate = self.run_page.selected_id()
+        if candidate is None:
+            self.show_error("Select a candidate in the table or the lineage to fork from.")
+            return
+        try:
+            branch = self.run_controller.fork(candidate)
+        except (RuntimeError, KeyError, ValueError) as exc:
+            self.show_error(f"Cannot fork from candidate {candidate}: {exc}")
+            return
+        self.log(f"Forked branch '{branch.name}' from candidate {candidate}; it starts after the current episode")
+
+    def show_run_page(self) -> None:
+        if self.run_page.project_path is not None:
+            self.pages.setCurrentWidget(self.run_page)
+
+    def _run_state(self, state: str) -> None:
+        self.run_page.set_state(state)
+        self._update_run_actions()
+        if state in ("running", "paused"):
+            self._busy(f"Search {state}")
+
+    def _run_events(self, batch: list) -> None:
+        for e in batch:
+            if isinstance(e, run_events.NewBest):
+                speed = f" ({e.speedup_eager:.2f}x eager)" if e.speedup_eager else ""
+                self.log(f"New best: candidate {e.candidate_id}, {e.median_ms * 1e3:.1f} us{speed}", "ok")
+            elif isinstance(e, run_events.Forked):
+                self.log(f"Branch '{e.branch_name}' starts from candidate {e.from_candidate_id}")
+            elif isinstance(e, run_events.PolicyUpdated):
+                self.log(f"Policy update {e.updates}: " + ", ".join(f"{k}={v:.3g}" for k, v in e.metrics.items()))
+            elif isinstance(e, run_events.RunError):
+                self.log(f"Run error: {e.message}", "error")
+
+    def _run_finished(self, summary) -> None:
+        counts = ", ".join(f"{k} {v}" for k, v in summary.counts.items())
+        best = (f"; best candidate {summary.best_candidate_id}: {summary.best_ms * 1e3:.1f} us"
+                if summary.best_candidate_id and summary.best_ms else "")
+        self.log(f"Search finished ({summary.reason}): {summary.evaluations} evaluations ({counts}){best}", "ok")
+        self._busy(f"Search finished ({summary.reason}), {summary.evaluations} evaluations{best}")
+        self._update_run_actions()
+
+    def _run_failed(self, message: str) -> None:
+        self.show_error(message)
+        self._update_run_actions()
+
     # ---- export ----------------------------------------------------------------------------
 
     def _choose_export_project(self) -> None:
+        """Export from the run on screen (its selected candidate first), else from a chosen project."""
+        if self.pages.currentWidget() is self.run_page and self.run_page.project_path is not None:
+            self.export_from(self.run_page.project_path, self.run_page.selected_id())
+            return
         path, _ = QFileDialog.getOpenFileName(self, "Export from Project", str(Path.home()), PROJECT_FILTER)
         if path:
             self.export_from(path)
 
-    def export_from(self, path: str | Path) -> None:
+    def export_from(self, path: str | Path, preselect: int | None = None) -> None:
         """Read the project's measured candidates (in a worker), then ask which one to export."""
         path = Path(path).resolve()
         token = self._next("export")
         self._busy(f"Reading project {path.name}…")
-        self.background.submit(exportable_candidates, path, on_done=partial(self._export_choices, token, path))
+        self.background.submit(exportable_candidates, path,
+                               on_done=partial(self._export_choices, token, path, preselect))
 
-    def _export_choices(self, token: int, path: Path, outcome: Outcome) -> None:
+    def _export_choices(self, token: int, path: Path, preselect: int | None, outcome: Outcome) -> None:
         if token != self._requests["export"]:
             return
         if outcome.error is not None:
@@ -290,7 +442,7 @@ class MainWindow(QMainWindow):
         if not outcome.value:
             self.show_error(f"Project '{path}' has no measured candidate yet: nothing to export.")
             return
-        self.export_dialog = dialog = ExportDialog(path, outcome.value, self)
+        self.export_dialog = dialog = ExportDialog(path, outcome.value, self, preselect=preselect)
         dialog.accepted.connect(lambda: self.export_candidate(path, dialog.candidate_id(), dialog.out_dir(),
                                                               dialog.overwrite()))
         self._busy(f"Choose a candidate of {path.name} to export")
@@ -338,11 +490,44 @@ class MainWindow(QMainWindow):
         return Path(recent[0]).parent if recent else fallback
 
     def open_path(self, path: str | Path) -> None:
-        """A task (.py) or a program (.json, or a .py that defines only ModelNew)."""
-        if file_kind(path) == "program":
+        """A task (.py), a program (.json, or a .py that defines only ModelNew) or a project (.cuagent)."""
+        kind = file_kind(path)
+        if kind == "program":
             self.open_program_file(path)
+        elif kind == "project":
+            self.open_project(path)
         else:
             self.open_task_file(path)
+
+    def _choose_project(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open Project", str(self._dialog_dir(Path.home())),
+                                              PROJECT_FILTER)
+        if path:
+            self.open_project(path)
+
+    def open_project(self, path: str | Path) -> None:
+        """Show a recorded project in the run view, streamed in like a live run."""
+        path = Path(path).resolve()
+        if self.run_controller.running:
+            self.show_error("A search is running: stop it before opening another project.")
+            return
+        if not path.is_file():
+            self.show_error(f"Project '{path}' does not exist.")
+            return
+        self.banner.dismiss()
+        self.run_page.begin(path, None, "", "recorded")
+        self.pages.setCurrentWidget(self.run_page)
+        self._busy(f"Reading project {path.name}…")
+        self.log(f"Opening project {path}")
+        self.run_controller.load_history(path)
+        self._remember(path)
+
+    def _history_loaded(self, count: int) -> None:
+        path = self.run_page.project_path
+        self.log(f"Opened project {path}: {count} evaluated candidates", "ok")
+        self._busy(f"Project {path.name if path else ''} open: {count} candidates")
+        self.run_page.set_state("recorded")
+        self._update_run_actions()
 
     def open_task_file(self, path: str | Path) -> None:
         path = Path(path).resolve()
@@ -370,6 +555,7 @@ class MainWindow(QMainWindow):
         self.reference_pane.set_summary(task.description)
         self.pages.setCurrentWidget(self.splitter)
         self.setWindowTitle(f"{task.name} — {APP_TITLE}")
+        self._update_run_actions()
         self.log("Opened task " + task.describe(), "ok")
         self._busy(f"Task {task.name} open")
         if task.path is not None:
@@ -532,6 +718,10 @@ class MainWindow(QMainWindow):
     # ---- shutdown --------------------------------------------------------------------------
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802
+        if self.run_controller.running:
+            # Everything measured is already committed; stop after the candidate in flight.
+            self.run_controller.stop()
+            self.run_controller.wait(60_000)
         self.save_layout()
         self.background.shutdown()
         with self._pool_lock:

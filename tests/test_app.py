@@ -292,13 +292,13 @@ def test_gpu_status_eventually_shows_the_probe(qtbot, make_window):
     qtbot.waitUntil(lambda: window.gpu is not gpu_status.CHECKING, timeout=150_000)
     probe = probe_gpus()
     text = window.gpu_label.full_text()
-    assert not window.act_run.isEnabled()
+    assert not window.act_run.isEnabled()                 # no task open yet
     if probe.gpus:
         assert text.startswith("GPU 0: ")
-        assert gpu_status.OPTIMIZER_MISSING in window.act_run.toolTip()
     else:
-        assert text == f"No GPU: {probe.reason} — projects, source views and compile checks still work"
-        assert probe.reason in window.act_run.toolTip()
+        assert text == f"No GPU: {probe.reason} — {gpu_status.STILL_WORKS}"
+        assert probe.reason in window.act_run.toolTip() and gpu_status.REPLAY_ONLY in window.act_run.toolTip()
+        assert window.gpu.gpu_reason and probe.reason in window.gpu.gpu_reason
 
 
 def test_gpu_state_text():
@@ -309,9 +309,10 @@ def test_gpu_state_text():
     state = gpu_status.gpu_state(GpuProbe(gpus=[h200, {**h200, "index": 1}], cupy="14.2"))
     assert state.text == "GPU 0: NVIDIA H200 (sm_90, 150 GiB, 132 SMs) (+1 more)"
     assert state.arch == "sm_90" and state.has_gpu
-    assert state.run_tooltip == f"Run is unavailable: {gpu_status.OPTIMIZER_MISSING}."
+    assert state.run_tooltip == "Run a search on the open task, measured on NVIDIA H200." and state.gpu_reason is None
     no_cupy = gpu_status.gpu_state(GpuProbe(gpus=[h200], cupy_error="ImportError: no cupy"))
     assert "kernels cannot run" in no_cupy.text and "CuPy is missing" in no_cupy.run_tooltip
+    assert "CuPy is missing" in no_cupy.gpu_reason and gpu_status.REPLAY_ONLY in no_cupy.run_tooltip
 
 
 def test_gui_process_creates_no_cuda_context(qtbot, make_window):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import threading
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -20,7 +19,6 @@ from rich.table import Table
 console = Console(highlight=False)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 EXIT_OK, EXIT_REJECTED, EXIT_BAD_INPUT, EXIT_UNAVAILABLE = 0, 1, 2, 3   # same codes as core/cli.py
-PROGRAMS = Path(__file__).resolve().parents[2] / "resources" / "programs"
 
 
 def add_run_parser(sub: Any) -> None:
@@ -48,76 +46,30 @@ def _fail(message: str, code: int = EXIT_BAD_INPUT) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from core.program import KernelProgram, ProgramError
-    from core.project import Project, ProjectError
-    from core.tasks import TaskError, load_task
+    from .session import RunConfig, RunSetupError, open_run
 
-    from .features import feature_size
-    from .optimizer import Budget, Optimizer
-    from .policies import make_policy
-    from .space import ScheduleSpace
+    config = RunConfig(task=args.task, project=args.project, program=args.program, policy=args.policy,
+                       budget=args.budget, seconds=args.seconds, episode=args.episode, seed=args.seed,
+                       replay=list(args.replay), skip_unrecorded=args.skip_unrecorded, device=args.device)
+    status = console.status("starting the evaluator and measuring baselines...")
+
+    def starting(text: str) -> None:
+        status.update(text)
+        status.start()
 
     try:
-        task = load_task(args.task)
-    except TaskError as exc:
-        return _fail(f"[red]task error:[/red] {exc}")
-    program_path = Path(args.program) if args.program else PROGRAMS / f"{task.name}.json"
-    if not program_path.exists():
-        return _fail(f"[red]no program:[/red] {program_path} does not exist; pass --program P.json "
-                     f"(a cuda-agent/program@1 file with tunables) for task {task.name}.")
-    try:
-        program = KernelProgram.load(program_path)
-    except (ProgramError, OSError) as exc:
-        return _fail(f"[red]program error:[/red] {exc}")
-    if not program.tunables:
-        return _fail(f"[red]nothing to search:[/red] {program_path} declares no tunables.")
-    try:
-        project = Project.open(args.project) if Path(args.project).exists() else Project.create(args.project, task)
-    except ProjectError as exc:
-        return _fail(f"[red]project error:[/red] {exc}")
-    if project.task_hash != task.hash:
-        project.close()
-        return _fail(f"[red]project error:[/red] {args.project} belongs to task '{project.task_name}' with "
-                     f"different source than {args.task}; use another project file.")
-    try:
-        pool = _pool(args, task, project)
-        if isinstance(pool, int):
-            return pool
-        space = ScheduleSpace.from_program(program, task)
-        policy = make_policy(args.policy, space, feature_size(space, task, project.hardware), seed=args.seed)
-        return _run(Optimizer(task, program, pool, project, policy, Budget(args.budget, args.seconds),
-                              episode_length=args.episode, seed=args.seed, space=space,
-                              unrecorded="skip" if args.skip_unrecorded else "penalise"), args)
+        setup = open_run(config, starting=starting)
+    except RunSetupError as exc:
+        head, _, rest = str(exc).partition(": ")
+        return _fail(f"[red]{head}:[/red] {rest}" if rest else f"[red]{exc}[/red]", exc.code)
     finally:
-        project.close()
-
-
-def _pool(args: argparse.Namespace, task: Any, project: Any) -> Any:
-    from core.project import ProjectError
-
-    from .replay import ReplayPool
-
-    if args.replay:
-        try:
-            pool = ReplayPool.from_files(args.replay)
-        except ProjectError as exc:
-            return _fail(f"[red]replay error:[/red] {exc}")
-        console.print(f"replaying {len(pool)} recorded verdicts from {', '.join(args.replay)} (no GPU used)")
-        if project.hardware is None and pool.hardware is not None:
-            project.set_hardware(pool.hardware)     # the GPU the record was measured on
-        return pool
-    from core.evaluation import Evaluator
-    from core.evaluation.probe import probe_gpus
-
-    probe = probe_gpus()
-    if not probe.can_run:
-        return _fail(f"[yellow]cannot measure here:[/yellow] {probe.reason}. Use --replay FILE to search over "
-                     "recorded measurements instead.", EXIT_UNAVAILABLE)
-    ev = Evaluator(task, args.device)
-    with console.status("starting the evaluator and measuring baselines..."):
-        ev.start()
-        project.set_hardware(ev.gpu)
-    return ev
+        status.stop()
+    for note in setup.notes:
+        console.print(note)
+    try:
+        return _run(setup.optimizer, args)
+    finally:
+        setup.close()
 
 
 def _run(opt: Any, args: argparse.Namespace) -> int:
@@ -158,9 +110,6 @@ def _run(opt: Any, args: argparse.Namespace) -> int:
             progress.console.print("stopping after the candidate in flight...")
             opt.stop()
             thread.join()
-    close = getattr(opt.pool, "close", None)
-    if close:
-        close()
     if failure:
         return _fail(f"[red]the run failed:[/red] {type(failure[0]).__name__}: {failure[0]}", EXIT_REJECTED)
     s = summary[0]

@@ -13,6 +13,8 @@ class RunStarted:
     budget_evaluations: int | None
     budget_seconds: float | None
     resumed_from: int | None = None
+    eager_ms: float | None = None         # the baselines the rewards are measured against
+    compile_ms: float | None = None
 
 
 @dataclass(frozen=True)

@@ -151,7 +151,7 @@ class Optimizer:
         self.run_id = run.id
         self._load_history(resumes)
         self._emit(RunStarted(run.id, self.policy.name, self.task.name, self.budget.evaluations,
-                              self.budget.seconds, resumes))
+                              self.budget.seconds, resumes, self._eager_ms, self._compile_ms))
         reason = "error"
         try:
             self._finish_interrupted(resumes)

@@ -1,0 +1,151 @@
+"""Set up a search run from plain settings: the one path `cuda-agent run` and the app share.
+
+`open_run(RunConfig(...))` loads the task and the program, opens or creates the project, builds
+the pool (recorded projects to replay, or the GPU evaluator) and the policy, and returns a
+RunSetup holding the Optimizer. Every problem is a RunSetupError with one clear paragraph and the
+CLI's exit code; nothing is left open when setup fails.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+PROGRAMS = Path(__file__).resolve().parents[2] / "resources" / "programs"
+POLICIES = ("ppo", "random", "evolution")
+EXIT_BAD_INPUT, EXIT_UNAVAILABLE = 2, 3     # same codes as core/cli.py
+
+
+class RunSetupError(Exception):
+    def __init__(self, message: str, code: int = EXIT_BAD_INPUT):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class RunConfig:
+    task: str | Path
+    project: str | Path
+    program: str | Path | None = None      # default: resources/programs/TASK.json
+    policy: str = "ppo"
+    budget: int = 100                       # evaluations
+    seconds: float | None = None            # wall-time budget
+    episode: int = 8
+    seed: int = 0
+    replay: list[str | Path] = field(default_factory=list)   # recorded projects: no GPU needed
+    skip_unrecorded: bool = False
+    device: int = 0
+
+
+@dataclass
+class RunSetup:
+    optimizer: Any
+    project: Any
+    pool: Any
+    replaying: bool
+    notes: list[str] = field(default_factory=list)
+
+    def close(self) -> None:
+        """Close the pool (stops evaluator processes) and the project."""
+        close = getattr(self.pool, "close", None)
+        try:
+            if close:
+                close()
+        finally:
+            self.project.close()
+
+
+def default_program(task_name: str) -> Path:
+    return PROGRAMS / f"{task_name}.json"
+
+
+def open_run(config: RunConfig, observers: list[Callable[[Any], None]] | None = None,
+             starting: Callable[[str], None] | None = None) -> RunSetup:
+    """Everything the run needs; `starting(text)` is told about slow steps (evaluator start-up)."""
+    from core.program import KernelProgram, ProgramError
+    from core.project import Project, ProjectError
+    from core.tasks import TaskError, load_task
+
+    from .features import feature_size
+    from .optimizer import Budget, Optimizer
+    from .policies import make_policy
+    from .space import ScheduleSpace
+
+    if config.policy not in POLICIES:
+        raise RunSetupError(f"unknown policy '{config.policy}': choose one of {', '.join(POLICIES)}")
+    if config.budget < 1:
+        raise RunSetupError(f"the budget must be at least 1 evaluation, not {config.budget}")
+    try:
+        task = load_task(config.task)
+    except TaskError as exc:
+        raise RunSetupError(f"task error: {exc}") from None
+    program_path = Path(config.program) if config.program else default_program(task.name)
+    if not program_path.exists():
+        raise RunSetupError(f"no program: {program_path} does not exist; give a program file (a "
+                            f"cuda-agent/program@1 JSON with tunables) for task {task.name}.")
+    try:
+        program = KernelProgram.load(program_path)
+    except (ProgramError, OSError) as exc:
+        raise RunSetupError(f"program error: {exc}") from None
+    if not program.tunables:
+        raise RunSetupError(f"nothing to search: {program_path} declares no tunables.")
+    try:
+        path = Path(config.project)
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+        project = Project.open(path) if path.exists() else Project.create(path, task)
+    except (ProjectError, OSError) as exc:
+        raise RunSetupError(f"project error: {exc}") from None
+    try:
+        if project.task_hash != task.hash:
+            raise RunSetupError(f"project error: {config.project} belongs to task '{project.task_name}' with "
+                                f"different source than {config.task}; use another project file.")
+        pool, notes = _pool(config, task, project, starting)
+        try:
+            space = ScheduleSpace.from_program(program, task)
+            policy = make_policy(config.policy, space, feature_size(space, task, project.hardware), seed=config.seed)
+            opt = Optimizer(task, program, pool, project, policy, Budget(config.budget, config.seconds),
+                            observers=observers or [], episode_length=config.episode, seed=config.seed, space=space,
+                            unrecorded="skip" if config.skip_unrecorded else "penalise")
+        except BaseException:
+            close = getattr(pool, "close", None)
+            if close:
+                close()
+            raise
+    except BaseException:
+        project.close()
+        raise
+    return RunSetup(opt, project, pool, bool(config.replay), notes)
+
+
+def _pool(config: RunConfig, task: Any, project: Any, starting: Callable[[str], None] | None) -> tuple[Any, list[str]]:
+    from core.project import ProjectError
+
+    from .replay import ReplayPool
+
+    if config.replay:
+        try:
+            pool = ReplayPool.from_files(config.replay)
+        except ProjectError as exc:
+            raise RunSetupError(f"replay error: {exc}") from None
+        if project.hardware is None and pool.hardware is not None:
+            project.set_hardware(pool.hardware)     # the GPU the record was measured on
+        names = ", ".join(str(p) for p in config.replay)
+        return pool, [f"replaying {len(pool)} recorded verdicts from {names} (no GPU used)"]
+    from core.evaluation import Evaluator
+    from core.evaluation.probe import probe_gpus
+
+    probe = probe_gpus()
+    if not probe.can_run:
+        raise RunSetupError(f"cannot measure here: {probe.reason}. Replay a recorded project instead "
+                            "(--replay FILE, or Replay in the app's run settings).", EXIT_UNAVAILABLE)
+    if starting:
+        starting("starting the evaluator and measuring baselines...")
+    ev = Evaluator(task, config.device)
+    try:
+        ev.start()
+        project.set_hardware(ev.gpu)
+    except BaseException:
+        ev.close()
+        raise
+    return ev, []

@@ -1,0 +1,152 @@
+"""The window's run controls on a replayed record (no GPU): Run, Pause/Resume, Fork, Stop, the
+live views, opening a recorded project, and event-loop lag while 50,000 candidates stream in."""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import pytest
+
+pytest.importorskip("pytestqt", reason="GUI tests need pytest-qt")
+from PySide6.QtCore import QElapsedTimer, QTimer  # noqa: E402
+
+from core.search import events as ev  # noqa: E402
+from core.search.session import RunConfig  # noqa: E402
+from core.tasks import load_task  # noqa: E402
+from tests.support.replay_run import TASK_PATH, record_project, search_program  # noqa: E402
+from tests.test_app import isolated_settings, make_window  # noqa: E402,F401  (fixtures)
+from tests.test_run_controller import replay, slow  # noqa: E402,F401  (fixtures)
+
+WAIT_MS = 60_000
+
+
+def _window_with_task(make_window):
+    window = make_window()
+    window.show_task(load_task(TASK_PATH))
+    return window
+
+
+def test_run_streams_into_the_views_and_the_details_read_the_project(qtbot, make_window, tmp_path, replay):
+    record, program = replay
+    window = _window_with_task(make_window)
+    assert window.act_run.isEnabled() and not window.act_pause.isEnabled() and not window.act_stop.isEnabled()
+    project = tmp_path / "runs" / "gelu.cuagent"          # the folder is created
+    with qtbot.waitSignal(window.run_controller.finished, timeout=WAIT_MS):
+        window.start_run(RunConfig(task=TASK_PATH, project=project, program=program, policy="random", budget=15,
+                                   replay=[record]))
+    page = window.run_page
+    assert window.pages.currentWidget() is page
+    qtbot.waitUntil(lambda: page.evaluations == 15, timeout=WAIT_MS)
+    assert page.table.model.rowCount() >= 15 and page.plot.point_count() >= 15
+    assert page.best is not None and page.eager_ms == pytest.approx(1.2)   # the record's baseline
+    assert "15 of 15 evaluations" in page.header.text()
+    assert "Search finished (evaluations)" in window.log_view.toPlainText()
+    assert window.act_run.isEnabled() and not window.act_stop.isEnabled()
+
+    best = page.best.candidate_id
+    page.select_candidate(best)
+    qtbot.waitUntil(lambda: f"candidate #{best}" in page.details.toPlainText(), timeout=WAIT_MS)
+    assert "schedule:" in page.details.toPlainText() and "vs eager" in page.details.toPlainText()
+    assert "#define BLOCK" in page.source.toPlainText() and "__global__" in page.source.toPlainText()
+
+
+def test_pause_fork_resume_stop_from_the_toolbar(qtbot, make_window, tmp_path, replay, slow):
+    record, program = replay
+    window = _window_with_task(make_window)
+    got: list = []
+    window.run_controller.events.connect(got.extend)
+    window.start_run(RunConfig(task=TASK_PATH, project=tmp_path / "r.cuagent", program=program, policy="random",
+                               budget=1000, replay=[record]))
+    qtbot.waitUntil(lambda: window.run_page.evaluations >= 3, timeout=WAIT_MS)
+    window.act_pause.trigger()
+    qtbot.waitUntil(lambda: window.act_pause.text() == "Resume", timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: any(isinstance(e, ev.Paused) for e in got), timeout=WAIT_MS)
+    paused_at = window.run_page.evaluations
+    qtbot.wait(300)
+    assert window.run_page.evaluations == paused_at
+
+    assert not window.act_fork.isEnabled()               # nothing selected yet
+    first = next(e.candidate_id for e in got if isinstance(e, ev.CandidateEvaluated))
+    window.run_page.select_candidate(first)
+    assert window.act_fork.isEnabled()
+    window.act_fork.trigger()
+    window.act_pause.trigger()                           # Resume
+    qtbot.waitUntil(lambda: any(isinstance(e, ev.Forked) for e in got), timeout=WAIT_MS)
+    forked = next(e for e in got if isinstance(e, ev.Forked))
+    assert forked.from_candidate_id == first
+    qtbot.waitUntil(lambda: window.run_page.evaluations > paused_at, timeout=WAIT_MS)
+
+    with qtbot.waitSignal(window.run_controller.finished, timeout=WAIT_MS) as done:
+        window.act_stop.trigger()
+    assert done.args[0].reason == "stopped"
+    assert f"Branch '{forked.branch_name}' starts from candidate {first}" in window.log_view.toPlainText()
+
+
+def test_a_run_that_cannot_start_is_a_banner(qtbot, make_window, tmp_path, replay):
+    window = _window_with_task(make_window)
+    with qtbot.waitSignal(window.run_controller.failed, timeout=WAIT_MS):
+        window.start_run(RunConfig(task=TASK_PATH, project=tmp_path / "r.cuagent", program=tmp_path / "nope.json",
+                                   replay=[replay[0]]))
+    assert "no program" in window.banner.text()
+    assert window.act_run.isEnabled()
+
+
+def test_opening_a_recorded_project_shows_its_history(qtbot, make_window, tmp_path, replay):
+    record, _ = replay
+    window = make_window()
+    with qtbot.waitSignal(window.run_controller.history_loaded, timeout=WAIT_MS) as loaded:
+        window.open_path(record)
+    count = loaded.args[0]
+    assert count > 10 and window.run_page.table.model.rowCount() == count
+    assert window.run_page.best is not None
+    assert f"{count} evaluated candidates" in window.log_view.toPlainText()
+    junk = tmp_path / "junk.cuagent"
+    junk.write_text("not a database")
+    with qtbot.waitSignal(window.run_controller.failed, timeout=WAIT_MS):
+        window.open_path(junk)
+    assert "could not be read" in window.banner.text()
+
+
+def _big_project(path, task, count: int = 50_000):
+    from core.project import Project
+    from tests.support.project_writer import make_records
+
+    pool = list(make_records(1000, seed=4))
+    with Project.create(path, task, {"name": "NVIDIA H200"}) as project:
+        branches = [1, project.add_branch("fork a").id, project.add_branch("fork b").id]
+        project.add_candidates([dataclasses.replace(pool[i % 1000], branch_id=branches[i % 3], parent_id=None)
+                                for i in range(count)])
+    return path
+
+
+def test_a_50000_candidate_stream_keeps_the_event_loop_responsive(qtbot, make_window, tmp_path):
+    """Lag = how late a 10 ms timer fires while the project's 50,000 candidates stream into the plot,
+    the table and the lineage."""
+    path = _big_project(tmp_path / "big.cuagent", load_task(TASK_PATH))
+    window = make_window()
+    lags: list[float] = []
+    clock = QElapsedTimer()
+    probe = QTimer()
+    probe.setInterval(10)
+
+    def tick() -> None:
+        lags.append(max(0.0, clock.restart() - 10.0))
+
+    probe.timeout.connect(tick)
+    clock.start()
+    probe.start()
+    t0 = time.perf_counter()
+    with qtbot.waitSignal(window.run_controller.history_loaded, timeout=300_000) as loaded:
+        window.open_project(path)
+    seconds = time.perf_counter() - t0
+    probe.stop()
+    assert loaded.args[0] == 50_000
+    assert window.run_page.table.model.rowCount() == 50_000 and window.run_page.plot.point_count() > 0
+    lags.sort()
+    p99 = lags[int(0.99 * (len(lags) - 1))]
+    print(f"\n50,000 candidates streamed in {seconds:.1f} s; event-loop lag p50 {lags[len(lags) // 2]:.1f} ms, "
+          f"p99 {p99:.1f} ms, max {lags[-1]:.1f} ms over {len(lags)} ticks")
+    # The target is p99 < 50 ms. This 2-core CI-class machine, painting offscreen in software,
+    # measured 45 and 61 ms in two runs (docs/performance.md); before the drain cap, the plot's
+    # redraw throttle and gc.freeze it measured 182-364 ms. This bound catches a return to that.
+    assert p99 < 100.0
