@@ -134,7 +134,7 @@ class MainWindow(QMainWindow):
 
     def _make_central(self) -> None:
         self.banner = ErrorBanner()
-        self.welcome = WelcomePage(self.act_open_task, self.act_open_program)
+        self.welcome = WelcomePage(self.act_open_task, self.act_open_program, open_project=self.act_open_project)
         self.welcome.example_chosen.connect(self.show_task)
         self.welcome.recent_chosen.connect(self.open_path)
 

@@ -7,6 +7,7 @@ a replay, and a finished run.
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import gc
 from pathlib import Path
@@ -113,7 +114,9 @@ class RunPage(QWidget):
                 self._proposed[e.candidate_id] = e
             elif isinstance(e, ev.CandidateEvaluated):
                 row = self._row(e)
-                if row.id in self._rows:          # a verdict that replaces an earlier one
+                known = self._rows.get(row.id)
+                if known is not None:             # seen again (a repeat answered from the record)
+                    row = dataclasses.replace(row, parent_id=known.parent_id, action=known.action)
                     self._rows[row.id] = row
                     self.table.update_row(row)
                 else:

@@ -18,7 +18,8 @@ class WelcomePage(QWidget):
     example_chosen = Signal(object)  # Task
     recent_chosen = Signal(str)      # path
 
-    def __init__(self, open_task: QAction, open_program: QAction, parent: QWidget | None = None):
+    def __init__(self, open_task: QAction, open_program: QAction, parent: QWidget | None = None,
+                 open_project: QAction | None = None):
         super().__init__(parent)
         self.setObjectName("welcome")
         title = QLabel("CUDA Agent")
@@ -28,7 +29,9 @@ class WelcomePage(QWidget):
 
         buttons = QHBoxLayout()
         buttons.setSpacing(8)
-        for action in (open_task, open_program):
+        for action in (open_task, open_program, open_project):
+            if action is None:
+                continue
             button = QToolButton()
             button.setObjectName("bigButton")
             button.setDefaultAction(action)

@@ -3,6 +3,10 @@
 
     python scripts/screenshot.py docs/images/main-window.png
     python scripts/screenshot.py out.png --task resources/tasks/softmax_lastdim.py --program resources/programs/softmax_lastdim.json
+    python scripts/screenshot.py docs/images/run-view.png --run-replay
+
+--run-replay runs a PPO search that replays the made-up test record of tests/support/replay_run.py
+(no GPU; its times come from a formula, not a measurement) and captures the run view.
 
 Settings go to a temporary folder, so the screenshot never depends on (or changes) yours.
 """
@@ -28,6 +32,24 @@ def wait_until(app, condition, timeout: float, what: str) -> None:
         time.sleep(0.02)
 
 
+def run_replay(app, window, folder: Path) -> None:
+    from core.search.session import RunConfig
+    from tests.support.replay_run import TASK_PATH, record_project, search_program
+
+    record = record_project(folder / "made-up-record.cuagent")
+    program = folder / "act_gelu_search.json"
+    program.write_text(search_program().to_json())
+    finished = []
+    window.run_controller.finished.connect(finished.append)
+    window.run_controller.failed.connect(finished.append)
+    window.start_run(RunConfig(task=TASK_PATH, project=folder / "act_gelu-replay.cuagent", program=program,
+                               policy="ppo", budget=22, replay=[record]))
+    wait_until(app, lambda: finished, 300, "the replayed search")
+    window.run_page.plot.flush()
+    if window.run_page.best is not None:
+        window.run_page.select_candidate(window.run_page.best.candidate_id)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("output", type=Path, help="PNG file to write")
@@ -37,6 +59,8 @@ def main() -> int:
     parser.add_argument("--no-compile", action="store_true", help="do not run Check compile first")
     parser.add_argument("--size", default="1440x900", help="window size, WIDTHxHEIGHT")
     parser.add_argument("--welcome", action="store_true", help="capture the welcome page instead")
+    parser.add_argument("--run-replay", action="store_true",
+                        help="capture the run view after a replayed search over made-up test data")
     args = parser.parse_args()
     width, height = (int(v) for v in args.size.lower().split("x"))
 
@@ -68,6 +92,8 @@ def main() -> int:
                            "the compile check")
         window.reference_pane.view.go_to_line(1)
         window.program_pane.view.go_to_line(1)
+        if args.run_replay:
+            run_replay(app, window, Path(settings_dir))
     if app.focusWidget() is not None:
         app.focusWidget().clearFocus()  # no text caret in the picture
     for _ in range(20):

@@ -150,3 +150,19 @@ def test_a_50000_candidate_stream_keeps_the_event_loop_responsive(qtbot, make_wi
     # measured 45 and 61 ms in two runs (docs/performance.md); before the drain cap, the plot's
     # redraw throttle and gc.freeze it measured 182-364 ms. This bound catches a return to that.
     assert p99 < 100.0
+
+
+def test_a_repeat_answered_from_the_record_keeps_the_rows_lineage(qtbot):
+    from app.run_page import RunPage
+
+    page = RunPage()
+    qtbot.addWidget(page)
+    page.begin("/nonexistent/p.cuagent", 10)
+    page.add_events([ev.CandidateProposed(1, 1, None, "start", {}, 0),
+                     ev.CandidateEvaluated(1, 1, "measured", "", 1.0, 0.0, 1),
+                     ev.CandidateProposed(2, 1, 1, "set BLOCK=512", {"BLOCK": 512}, 1),
+                     ev.CandidateEvaluated(2, 1, "measured", "", 0.5, 1.0, 2)])
+    page.add_events([ev.CandidateEvaluated(2, 1, "measured", "", 0.5, 0.2, 2, from_record=True)])
+    row = page.table.model.row_for(2)
+    assert row.parent_id == 1 and row.action == "set BLOCK=512" and row.reward == 0.2
+    assert page.table.model.rowCount() == 2
