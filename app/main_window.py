@@ -38,7 +38,7 @@ from core.search import events as run_events
 from core.search.session import RunConfig
 from core.project.ship import ShippedCandidate, exportable_candidates, export_from_project
 from core.tasks import SuiteResult, Task, TaskError, load_task, scan_suite
-from core.toolchain import CompilePool, CompileResult
+from core.toolchain import CompilePool, CompileResult, compile_ptx
 
 APP_TITLE = "CUDA Agent"
 ARCHS = ["sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"]
@@ -152,6 +152,7 @@ class MainWindow(QMainWindow):
 
         self.run_page = RunPage()
         self.run_page.candidate_selected.connect(lambda _id: self._update_run_actions())
+        self.run_page.ptx_requested.connect(self.show_ptx)
         self.run_controller = RunController(self)
         self.run_controller.events.connect(self.run_page.add_events)
         self.run_controller.events.connect(self._run_events)
@@ -379,6 +380,38 @@ class MainWindow(QMainWindow):
             self.show_error(f"Cannot fork from candidate {candidate}: {exc}")
             return
         self.log(f"Forked branch '{branch.name}' from candidate {candidate}; it starts after the current episode")
+
+    def show_ptx(self, candidate_id: int | None) -> None:
+        """Compile a run's candidate to PTX for the toolbar's target (NVRTC in a worker thread)."""
+        from core.project import Project, ProjectError
+
+        path = self.run_page.project_path
+        if candidate_id is None or path is None:
+            return
+        arch = self.arch_combo.currentText()
+        try:
+            with Project.open(path, readonly=True) as project:
+                rec = project.candidate(candidate_id)
+        except ProjectError as exc:
+            self.show_error(f"Project '{path}' could not be read: {exc}")
+            return
+        if rec is None or rec.kind != "program" or not rec.program:
+            self.run_page.show_ptx(candidate_id, arch, False, "PTX is shown for kernel programs; this candidate "
+                                                              "is a ModelNew solution (Python).")
+            return
+        try:
+            program = KernelProgram.from_json(rec.program)
+        except ProgramError as exc:
+            self.run_page.show_ptx(candidate_id, arch, False, f"The stored program is not valid: {exc}")
+            return
+        self._busy(f"Compiling candidate {candidate_id} to PTX for {arch}…")
+        self.background.submit(compile_ptx, program.source, arch=arch, options=program.compile_options(),
+                               on_done=partial(self._ptx_done, candidate_id, arch))
+
+    def _ptx_done(self, candidate_id: int, arch: str, outcome: Outcome) -> None:
+        ok, text = outcome.value if outcome.ok else (False, f"{type(outcome.error).__name__}: {outcome.error}")
+        self.run_page.show_ptx(candidate_id, arch, ok, text)
+        self._busy(f"PTX of candidate {candidate_id} ({arch})" if ok else f"No PTX for candidate {candidate_id}")
 
     def show_run_page(self) -> None:
         if self.run_page.project_path is not None:

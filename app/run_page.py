@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QLabel, QPlainTextEdit, QSplitter, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QSplitter, QTabWidget, QVBoxLayout,
+                               QWidget)
 
 from app.candidates_view import CandidateRow, CandidateTable, LineageTree
 from app.reward_plot import RewardPlot
@@ -27,6 +28,7 @@ FREEZE_EVERY = 5000      # rows; see _settle_garbage_collector
 
 class RunPage(QWidget):
     candidate_selected = Signal(int)
+    ptx_requested = Signal(int)         # the window compiles the candidate to PTX (in a worker)
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -53,10 +55,29 @@ class RunPage(QWidget):
         self.details.setFont(monospace_font())
         self.details.setPlaceholderText("Select a candidate to see its measurement and schedule.")
         self.source = SourceView()
+        self.reference = SourceView()        # the task's PyTorch reference, from the project file
+
+        self.ptx_view = SourceView()
+        self.ptx_button = QPushButton("Show PTX")
+        self.ptx_button.setToolTip("Compile the selected candidate with NVRTC for the toolbar's target "
+                                   "architecture and show its PTX")
+        self.ptx_button.setEnabled(False)
+        self.ptx_button.clicked.connect(lambda: self.ptx_requested.emit(self.selected_id()))
+        self.ptx_note = QLabel("Select a candidate, then Show PTX.")
+        ptx_tab = QWidget()
+        ptx_box = QVBoxLayout(ptx_tab)
+        ptx_box.setContentsMargins(0, 4, 0, 0)
+        ptx_row = QHBoxLayout()
+        ptx_row.addWidget(self.ptx_button)
+        ptx_row.addWidget(self.ptx_note, 1)
+        ptx_box.addLayout(ptx_row)
+        ptx_box.addWidget(self.ptx_view, 1)
 
         self.tabs = QTabWidget()
         self.tabs.addTab(self.details, "Candidate")
         self.tabs.addTab(self.source, "Source vs parent")
+        self.tabs.addTab(self.reference, "Reference")
+        self.tabs.addTab(ptx_tab, "PTX")
         self.tabs.addTab(self.lineage, "Lineage")
 
         # Explicit minimums, below the widgets' own hints: the run view must not make the window
@@ -97,6 +118,9 @@ class RunPage(QWidget):
         self.lineage.clear()
         self.details.clear()
         self.source.clear_source()
+        self.reference.clear_source()
+        self.ptx_view.clear_source()
+        self.ptx_button.setEnabled(False)
         self.plot.set_branch_name(1, MAIN_BRANCH)
         self.table.set_branch_name(1, MAIN_BRANCH)
         self._update_header()
@@ -192,7 +216,17 @@ class RunPage(QWidget):
         if self.table.selected_id() != candidate_id:
             self.table.select_candidate(candidate_id)
         self.show_candidate(candidate_id)
+        self.ptx_button.setEnabled(True)
+        self.ptx_view.clear_source()
+        self.ptx_note.setText(f"Candidate {candidate_id}: Show PTX compiles it on demand.")
         self.candidate_selected.emit(candidate_id)
+
+    def show_ptx(self, candidate_id: int, arch: str, ok: bool, text: str) -> None:
+        """The window's answer to ptx_requested: PTX, or NVRTC's log when it failed."""
+        if candidate_id != self.selected_id():
+            return              # the selection moved on while it compiled
+        self.ptx_view.set_source(text, "text")
+        self.ptx_note.setText(f"Candidate {candidate_id}, {arch}: " + ("PTX from NVRTC" if ok else "no PTX (log below)"))
 
     def show_candidate(self, candidate_id: int) -> None:
         """Details and source of one candidate, read from the project file (read-only)."""
@@ -204,6 +238,8 @@ class RunPage(QWidget):
             with Project.open(self.project_path, readonly=True) as project:
                 rec = project.candidate(candidate_id)
                 parent = project.candidate(rec.parent_id) if rec is not None and rec.parent_id else None
+                if not self.reference.toPlainText():
+                    self.reference.set_source(project.task_source, "python")
         except ProjectError as exc:
             self.details.setPlainText(f"The project could not be read: {exc}")
             return

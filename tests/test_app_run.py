@@ -48,6 +48,8 @@ def test_run_streams_into_the_views_and_the_details_read_the_project(qtbot, make
     qtbot.waitUntil(lambda: f"candidate #{best}" in page.details.toPlainText(), timeout=WAIT_MS)
     assert "schedule:" in page.details.toPlainText() and "vs eager" in page.details.toPlainText()
     assert "#define BLOCK" in page.source.toPlainText() and "__global__" in page.source.toPlainText()
+    assert "class Model(nn.Module)" in page.reference.toPlainText()      # the task, from the project
+    assert page.source.marks and all(m.message.startswith("changed from parent") for m in page.source.marks.values())
 
 
 def test_pause_fork_resume_stop_from_the_toolbar(qtbot, make_window, tmp_path, replay, slow):
@@ -166,3 +168,23 @@ def test_a_repeat_answered_from_the_record_keeps_the_rows_lineage(qtbot):
     row = page.table.model.row_for(2)
     assert row.parent_id == 1 and row.action == "set BLOCK=512" and row.reward == 0.2
     assert page.table.model.rowCount() == 2
+
+
+def test_ptx_on_demand_for_the_selected_candidate(qtbot, make_window, tmp_path, replay):
+    from core.toolchain import nvrtc_info
+
+    if not nvrtc_info()[0]:
+        pytest.skip("NVRTC is not available here: " + nvrtc_info()[2])
+    record, _ = replay
+    window = make_window()
+    with qtbot.waitSignal(window.run_controller.history_loaded, timeout=WAIT_MS):
+        window.open_path(record)
+    page = window.run_page
+    assert not page.ptx_button.isEnabled()
+    page.select_candidate(page.best.candidate_id)
+    assert page.ptx_button.isEnabled()
+    page.ptx_button.click()
+    qtbot.waitUntil(lambda: ".entry" in page.ptx_view.toPlainText() or "no PTX" in page.ptx_note.text(),
+                    timeout=WAIT_MS)
+    text = page.ptx_view.toPlainText()
+    assert ".visible .entry gelu_f32" in text and ".target sm_90" in text, page.ptx_note.text()

@@ -629,3 +629,15 @@ def test_occupancy_limits_and_errors():
         theoretical_occupancy(32, 0, 256, "sm_61")
     with pytest.raises(ValueError):
         theoretical_occupancy(32, 0, 0, "sm_90")
+
+
+@needs_nvrtc
+def test_compile_ptx_gives_readable_ptx_or_the_log():
+    from core.toolchain import compile_ptx
+
+    ok, ptx = compile_ptx(VECTOR_ADD, arch="sm_80", options=["-DUNUSED=1"])
+    assert ok and ".visible .entry vector_add" in ptx and ".target sm_80" in ptx
+    ok, log = compile_ptx(BAD_SOURCE, arch="sm_90")
+    assert not ok and "undefined" in log
+    ok, why = compile_ptx(VECTOR_ADD, arch="sm_90", options=["-arch=sm_80"])
+    assert not ok and "sets the architecture" in why

@@ -360,6 +360,40 @@ def compile_cuda(source: str, *, arch: str = "sm_90", options: Iterable[str] = (
     return result
 
 
+def compile_ptx(source: str, *, arch: str = "sm_90", options: Iterable[str] = (),
+                filename: str = "kernel.cu") -> tuple[bool, str]:
+    """(True, PTX) or (False, NVRTC's log): the same source and options as compile_cuda, built for
+    the virtual architecture (compute_XX) so that NVRTC keeps the PTX. For reading, not running."""
+    state = _nvrtc()
+    if state.module is None:
+        return False, state.detail
+    try:
+        arch_n = normalize_arch(arch)
+        virtual = "compute_" + re.sub(r"\D", "", arch_n) + ("a" if arch_n.endswith("a") else "")
+        full_options = [f"-arch={virtual}"] + build_options(arch_n, options, find_header_dirs())[1:]
+    except OptionError as exc:
+        return False, str(exc)
+    nvrtc = state.module
+    try:
+        prog = nvrtc.createProgram(source, filename, [], [])
+    except Exception as exc:
+        return False, f"NVRTC could not create a program from the source ({exc})"
+    try:
+        try:
+            nvrtc.compileProgram(prog, full_options)
+        except nvrtc.NVRTCError as exc:
+            return False, (nvrtc.getProgramLog(prog) or "").strip() or str(exc)
+        ptx = nvrtc.getPTX(prog)
+        return True, ptx.decode(errors="replace").rstrip("\x00") if isinstance(ptx, bytes) else str(ptx)
+    except Exception as exc:   # anything else from the binding: report, do not raise
+        return False, f"{type(exc).__name__}: {exc}"
+    finally:
+        try:
+            nvrtc.destroyProgram(prog)
+        except Exception:
+            pass
+
+
 def _with_header_hint(diagnostics: list[Diagnostic], headers: HeaderDirs) -> list[Diagnostic]:
     """The first error about a missing CUDA header, or inside a CUDA header of another version than
     NVRTC, gets a line saying where headers come from and how to get matching ones."""
