@@ -182,17 +182,17 @@ class RunController(QObject):
         if self.state == "starting":
             self._set_state("running")
 
+    # The run's last events may still be queued: the verdict goes in behind them, so the views
+    # receive everything at the drain rate before `finished` (or `failed`) is emitted.
     @Slot(object)
     def _on_done(self, summary: Any) -> None:
-        self._drain_all()
-        self.finished.emit(summary)
-        self._end()
+        self._queue.append(("finished", summary))
+        self._timer.start()
 
     @Slot(str)
     def _on_failed(self, message: str) -> None:
-        self._drain_all()
-        self.failed.emit(message)
-        self._end()
+        self._queue.append(("failed", message))
+        self._timer.start()
 
     def _end(self) -> None:
         self._timer.stop()
@@ -222,23 +222,25 @@ class RunController(QObject):
                 if item[0] == "status":
                     self.status.emit(item[1])
                 else:
-                    end = item       # the history reader is done
+                    end = item       # the run or the history reader is done
                     break
             else:
                 batch.append(item)
         if batch:
             self.events.emit(batch)
-        if end is not None:
-            self._timer.stop()
-            self._set_state("idle")
-            if end[0] == "history_done":
-                self.history_loaded.emit(end[1])
-            else:
-                self.failed.emit(f"the project could not be read: {end[1]}")
-
-    def _drain_all(self) -> None:
-        while self._queue:
-            self._drain()
+        if end is None:
+            return
+        kind, value = end
+        if kind in ("finished", "failed"):
+            self._end()
+            (self.finished if kind == "finished" else self.failed).emit(value)
+            return
+        self._timer.stop()
+        self._set_state("idle")
+        if kind == "history_done":
+            self.history_loaded.emit(value)
+        else:
+            self.failed.emit(f"the project could not be read: {value}")
 
     def pending(self) -> int:
         """Events waiting for the next drain (for tests and the status bar)."""
