@@ -383,19 +383,11 @@ class MainWindow(QMainWindow):
 
     def show_ptx(self, candidate_id: int | None) -> None:
         """Compile a run's candidate to PTX for the toolbar's target (NVRTC in a worker thread)."""
-        from core.project import Project, ProjectError
-
-        path = self.run_page.project_path
-        if candidate_id is None or path is None:
+        rec = self.run_page.shown_record        # read from the project when it was selected
+        if candidate_id is None or rec is None or rec.id != candidate_id:
             return
         arch = self.arch_combo.currentText()
-        try:
-            with Project.open(path, readonly=True) as project:
-                rec = project.candidate(candidate_id)
-        except ProjectError as exc:
-            self.show_error(f"Project '{path}' could not be read: {exc}")
-            return
-        if rec is None or rec.kind != "program" or not rec.program:
+        if rec.kind != "program" or not rec.program:
             self.run_page.show_ptx(candidate_id, arch, False, "PTX is shown for kernel programs; this candidate "
                                                               "is a ModelNew solution (Python).")
             return

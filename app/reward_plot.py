@@ -274,9 +274,6 @@ class RewardPlot(QWidget):
         stale, self._stale = self._stale, set()
         for branch in stale:
             self._draw(branch)
-        # Settle the auto-range now: left to the paint, it changes the range and paints twice.
-        for plot in (self._reward_plot, self._speed_plot):
-            plot.getViewBox().updateAutoRange()
         self._last_draw = time.monotonic()
 
     def _speedups(self, best_ms: np.ndarray) -> np.ndarray:

@@ -43,6 +43,7 @@ class RunPage(QWidget):
         self._proposed: dict[int, ev.CandidateProposed] = {}
         self._rows: dict[int, CandidateRow] = {}
         self._rows_since_freeze = 0
+        self.shown_record: Any = None       # the CandidateRecord the details show (read from the project)
 
         self.header = QLabel("No run yet.")
         self.header.setObjectName("runHeader")
@@ -121,6 +122,7 @@ class RunPage(QWidget):
         self.reference.clear_source()
         self.ptx_view.clear_source()
         self.ptx_button.setEnabled(False)
+        self.shown_record = None
         self.plot.set_branch_name(1, MAIN_BRANCH)
         self.table.set_branch_name(1, MAIN_BRANCH)
         self._update_header()
@@ -243,6 +245,7 @@ class RunPage(QWidget):
         except ProjectError as exc:
             self.details.setPlainText(f"The project could not be read: {exc}")
             return
+        self.shown_record = rec
         if rec is None:
             self.details.setPlainText(f"Candidate {candidate_id} is not in {self.project_path.name} yet.")
             return

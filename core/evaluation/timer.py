@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+import numpy as np
 import torch
 
 from .compare import close_mask, poison_
@@ -83,8 +84,6 @@ class _Gate:
         if self.kernel is None:
             torch.cuda._sleep(cycles)
             return
-        import numpy as np
-
         stream = self._cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
         self.kernel((self.grid,), (self.block,), (np.int64(cycles),), stream=stream)
 
@@ -95,30 +94,16 @@ class Timer:
         self.settings = settings or TimerSettings()
         # At least twice the L2 size, as int32 words.
         self.flush_buf = torch.empty(max(2 * l2_bytes, 64 << 20) // 4, dtype=torch.int32, device=device)
-        self.sync_latency_ms = 0.0
         self.gate: _Gate | None = None
         self.cycles_per_us = 0.0        # SM clock cycles of the gate per microsecond
 
     def flush(self) -> None:
         self.flush_buf.zero_()
 
-    def calibrate(self) -> float:
-        """GPU-side latency of 'end event -> device sync -> next event' with no work in flight."""
-        ends, dones = [], []
-        for _ in range(30):
-            self.flush()
-            e, d = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e.record()
-            torch.cuda.synchronize()
-            d.record()
-            torch.cuda.synchronize()
-            ends.append(e)
-            dones.append(d)
-        gaps = sorted(e.elapsed_time(d) for e, d in zip(ends, dones))
-        self.sync_latency_ms = gaps[len(gaps) // 2]
+    def calibrate(self) -> None:
+        """Build the gate and measure its clock rate (needs CUDA; once per runner)."""
         self.gate = _Gate(self.device)
         self.cycles_per_us = self._measure_gate()
-        return self.sync_latency_ms
 
     MIN_GATE_US = 30.0     # the gate is never shorter than this
     MAX_GATE_US = 5000.0   # nor longer: a call that takes longer to launch pays its launch time

@@ -96,26 +96,21 @@ def open_run(config: RunConfig, observers: list[Callable[[Any], None]] | None = 
         project = Project.open(path) if path.exists() else Project.create(path, task)
     except (ProjectError, OSError) as exc:
         raise RunSetupError(f"project error: {exc}") from None
-    try:
+    setup = RunSetup(None, project, None, bool(config.replay))
+    try:                        # on any failure, close what was opened (setup.close skips a missing pool)
         if project.task_hash != task.hash:
             raise RunSetupError(f"project error: {config.project} belongs to task '{project.task_name}' with "
                                 f"different source than {config.task}; use another project file.")
-        pool, notes = _pool(config, task, project, starting)
-        try:
-            space = ScheduleSpace.from_program(program, task)
-            policy = make_policy(config.policy, space, feature_size(space, task, project.hardware), seed=config.seed)
-            opt = Optimizer(task, program, pool, project, policy, Budget(config.budget, config.seconds),
-                            observers=observers or [], episode_length=config.episode, seed=config.seed, space=space,
-                            unrecorded="skip" if config.skip_unrecorded else "penalise")
-        except BaseException:
-            close = getattr(pool, "close", None)
-            if close:
-                close()
-            raise
+        setup.pool, setup.notes = _pool(config, task, project, starting)
+        space = ScheduleSpace.from_program(program, task)
+        policy = make_policy(config.policy, space, feature_size(space, task, project.hardware), seed=config.seed)
+        setup.optimizer = Optimizer(task, program, setup.pool, project, policy, Budget(config.budget, config.seconds),
+                                    observers=observers or [], episode_length=config.episode, seed=config.seed,
+                                    space=space, unrecorded="skip" if config.skip_unrecorded else "penalise")
     except BaseException:
-        project.close()
+        setup.close()
         raise
-    return RunSetup(opt, project, pool, bool(config.replay), notes)
+    return setup
 
 
 def _pool(config: RunConfig, task: Any, project: Any, starting: Callable[[str], None] | None) -> tuple[Any, list[str]]:
