@@ -53,6 +53,19 @@ def test_crash_is_survived(supervisor, behaviour):
     assert supervisor.recoveries[-1] < 3.0
 
 
+def test_back_to_back_crashes_are_served_by_spares_started_before_them(supervisor):
+    first_spares = [w.proc.pid for w in supervisor.spares]
+    assert len(first_spares) == 2
+    for tag in ("a", "b"):
+        assert supervisor.evaluate(program("die", tag)).status is Status.CRASHED
+    # Both replacements were processes already started when the run began, and the pool is full again.
+    assert supervisor.runner.proc.pid == first_spares[1]
+    assert len(supervisor.spares) == 2 and not {w.proc.pid for w in supervisor.spares} & set(first_spares)
+    for phases in supervisor.recovery_phases:
+        assert set(phases) >= {"spare_age_s", "spare_start_wait_s", "spare_startup_s", "activate_s"}
+    assert supervisor.evaluate(program("ok")).status is Status.MEASURED
+
+
 def test_dead_process_reason_names_the_signal_or_code(supervisor):
     out = supervisor.evaluate(program("die"))
     assert "exited with code 9" in out.reason
@@ -94,6 +107,6 @@ def test_baseline_goes_through_the_warm_runner(supervisor):
 def test_close_ends_every_process():
     s = SupervisorSettings(startup_timeout_s=60)
     sup = GpuSupervisor(0, "task", "source", s, runner_target=fake_runner_main, judge_target=fake_judge_main)
-    workers = [sup.runner, sup.spare, sup.judge]
+    workers = [sup.runner, *sup.spares, sup.judge]
     sup.close()
     assert not any(w.alive() for w in workers)

@@ -1,4 +1,4 @@
-"""The local pool: one supervisor (judge, warm runner, spare) per GPU, candidates go to a free one.
+"""The local pool: one supervisor (judge, warm runner, spares) per GPU, candidates go to a free one.
 
 Evaluations on different GPUs run concurrently (call `evaluate` from several threads); on one GPU
 they are serialised, since timing needs the GPU to itself.

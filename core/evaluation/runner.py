@@ -62,6 +62,7 @@ class Runner:
         self.device = init_evaluator_process(device_index)
         self.gpu = describe_gpu(self.device)
         self.timer = Timer(self.device, self.gpu["l2_bytes"])
+        self.timer.build_gate()       # the NVRTC compile happens now, not when a spare takes over
         self.task = None
         self.programs: OrderedDict[str, Any] = OrderedDict()   # loaded cubins, most recent last
         self.modelnew_cls = None

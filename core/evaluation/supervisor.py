@@ -1,15 +1,18 @@
-"""Keeps one GPU's evaluator processes alive: a judge, a warm runner and a fresh spare.
+"""Keeps one GPU's evaluator processes alive: a judge, a warm runner and fresh spares.
 
 The supervisor lives in the caller's process and never touches CUDA. It enforces deadlines by
-killing processes, replaces a runner that crashed or hung with the spare (already started, so
+killing processes, replaces a runner that crashed or hung with a spare (already started, so
 service resumes at once), gives every ModelNew candidate a fresh process, and quarantines a
 candidate that brought a runner down twice. The judge is never busy while something is timed.
+Two spares by default: a process takes seconds to start (torch import, CUDA context), and broken
+candidates tend to come in runs, so a second failure soon after the first still finds one ready.
 """
 from __future__ import annotations
 
 import multiprocessing as mp
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Any
@@ -36,6 +39,7 @@ class SupervisorSettings:
     judge_timeout_s: float = 300.0
     baseline_timeout_s: float = 900.0    # torch.compile's first build can be slow
     quarantine_after: int = 2
+    spares: int = 2                      # runners kept started and idle (each holds a CUDA context)
     check_sets: int = 3
     scaled_variants: int = 2
     timing_sets: int = 2
@@ -167,13 +171,13 @@ class GpuSupervisor:
         # Judge and runner start side by side; each imports torch and builds a context.
         self.judge = self._spawn_judge()
         self.runner = self._spawn_runner("runner")
-        self.spare: Worker | None = None
+        self.spares: deque[Worker] = deque()     # oldest first: the one most likely ready
         self.task_info: P.TaskReady | None = None
         self._settle_judge()
         self._settle(self.runner, s.startup_timeout_s)
         self._activate(self.runner)
         self.gpu = dict(self.runner.ready.gpu)
-        self.spare = self._spawn_runner("spare")
+        self._refill_spares()
         self.bundle: P.Bundle | None = None
         self._prefetch()
 
@@ -210,17 +214,27 @@ class GpuSupervisor:
         if isinstance(reply, P.Failure):
             raise WorkerDied(reply.reason)
 
+    def _refill_spares(self) -> None:
+        while len(self.spares) < max(1, self.settings.spares):
+            self.spares.append(self._spawn_runner("spare"))
+
     def _fresh_runner(self, phases: dict[str, float] | None = None) -> Worker:
-        """Take the spare (started earlier, never used) and start another spare behind it."""
+        """Take the oldest spare (started earlier, never used) and start another behind it."""
         t0 = time.monotonic()
-        w = self.spare or self._spawn_runner("spare")
-        self.spare = None
-        self._settle(w, self.settings.startup_timeout_s)     # a spare still starting: wait for it
-        t1 = time.monotonic()
-        self._activate(w)                                     # calibrates: waits for a free GPU
+        w = self.spares.popleft() if self.spares else self._spawn_runner("spare")
+        try:
+            self._settle(w, self.settings.startup_timeout_s)     # a spare still starting: wait for it
+            t1 = time.monotonic()
+            self._activate(w)                                     # calibrates the timer's clock
+        except (WorkerDied, WorkerTimeout):
+            w.kill()
+            self._refill_spares()
+            raise
         if phases is not None:
-            phases.update(spare_start_wait_s=t1 - t0, activate_s=time.monotonic() - t1)
-        self.spare = self._spawn_runner("spare")
+            phases.update(spare_age_s=t0 - w.started, spare_start_wait_s=t1 - t0,
+                          spare_startup_s=w.ready.seconds if w.ready else 0.0,
+                          activate_s=time.monotonic() - t1)
+        self._refill_spares()
         return w
 
     def _replace_runner(self) -> None:
@@ -432,18 +446,16 @@ class GpuSupervisor:
             return Ceilings(**reply)
 
     def close(self) -> None:
-        for w in (self.runner, self.spare, self.judge):
-            if w is None:
-                continue
+        workers = [self.runner, *self.spares, self.judge]
+        for w in workers:
             try:
                 if w.alive():
                     w.conn.send(P.Shutdown())
             except OSError:
                 pass
-        for w in (self.runner, self.spare, self.judge):
-            if w is not None:
-                w.proc.join(2)
-                w.kill(wait=True)
+        for w in workers:
+            w.proc.join(2)
+            w.kill(wait=True)
         remove_scratch(self.scratch)
 
 
