@@ -39,7 +39,7 @@ class RunDialog(QDialog):
 
         program = program_path or default_program(task_name)
         self.program_edit = QLineEdit(str(program) if program.exists() else "")
-        self.program_edit.setPlaceholderText("a kernel program (.json) with tunables")
+        self.program_edit.setPlaceholderText("empty: generate kernels from the reference")
         form.addRow("Program:", self._with_browse(self.program_edit, self._browse_program))
 
         self.project_edit = QLineEdit(str(default_project(task_name)))
@@ -135,9 +135,7 @@ class RunDialog(QDialog):
     def problem_text(self) -> str:
         """Why Run is disabled, or "" (checked as the user types)."""
         program = self.program_edit.text().strip()
-        if not program:
-            return "Choose a kernel program (.json) whose tunables the search explores."
-        if not Path(program).expanduser().is_file():
+        if program and not Path(program).expanduser().is_file():
             return f"The program file {program} does not exist."
         if not self.project_edit.text().strip():
             return "Choose a project file to record the run in."
@@ -159,8 +157,9 @@ class RunDialog(QDialog):
         replay = self.replay_files() if self.pool_combo.currentData() == "replay" else []
         seconds = self.seconds_spin.value() or None
         project = Path(self.project_edit.text().strip()).expanduser()
+        program = self.program_edit.text().strip()
         return RunConfig(task=self.task_path, project=project,
-                         program=Path(self.program_edit.text().strip()).expanduser(),
+                         program=Path(program).expanduser() if program else None,
                          policy=self.policy_combo.currentData(), budget=self.budget_spin.value(),
                          seconds=seconds, seed=self.seed_spin.value(), replay=replay)
 

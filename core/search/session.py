@@ -26,7 +26,7 @@ class RunSetupError(Exception):
 class RunConfig:
     task: str | Path
     project: str | Path
-    program: str | Path | None = None      # default: resources/programs/TASK.json
+    program: str | Path | None = None      # default: resources/programs/TASK.json, else generated
     policy: str = "ppo"
     budget: int = 100                       # evaluations
     seconds: float | None = None            # wall-time budget
@@ -62,7 +62,6 @@ def default_program(task_name: str) -> Path:
 def open_run(config: RunConfig, observers: list[Callable[[Any], None]] | None = None,
              starting: Callable[[str], None] | None = None) -> RunSetup:
     """Everything the run needs; `starting(text)` is told about slow steps (evaluator start-up)."""
-    from core.program import KernelProgram, ProgramError
     from core.project import Project, ProjectError
     from core.tasks import TaskError, load_task
 
@@ -79,16 +78,7 @@ def open_run(config: RunConfig, observers: list[Callable[[Any], None]] | None = 
         task = load_task(config.task)
     except TaskError as exc:
         raise RunSetupError(f"task error: {exc}") from None
-    program_path = Path(config.program) if config.program else default_program(task.name)
-    if not program_path.exists():
-        raise RunSetupError(f"no program: {program_path} does not exist; give a program file (a "
-                            f"cuda-agent/program@1 JSON with tunables) for task {task.name}.")
-    try:
-        program = KernelProgram.load(program_path)
-    except (ProgramError, OSError) as exc:
-        raise RunSetupError(f"program error: {exc}") from None
-    if not program.tunables:
-        raise RunSetupError(f"nothing to search: {program_path} declares no tunables.")
+    program, constraints, program_note = _program(config, task)
     try:
         path = Path(config.project)
         if not path.exists():
@@ -102,7 +92,8 @@ def open_run(config: RunConfig, observers: list[Callable[[Any], None]] | None = 
             raise RunSetupError(f"project error: {config.project} belongs to task '{project.task_name}' with "
                                 f"different source than {config.task}; use another project file.")
         setup.pool, setup.notes = _pool(config, task, project, starting)
-        space = ScheduleSpace.from_program(program, task)
+        setup.notes.insert(0, program_note)
+        space = ScheduleSpace.from_program(program, task, constraints=constraints)
         policy = make_policy(config.policy, space, feature_size(space, task, project.hardware), seed=config.seed)
         setup.optimizer = Optimizer(task, program, setup.pool, project, policy, Budget(config.budget, config.seconds),
                                     observers=observers or [], episode_length=config.episode, seed=config.seed,
@@ -111,6 +102,31 @@ def open_run(config: RunConfig, observers: list[Callable[[Any], None]] | None = 
         setup.close()
         raise
     return setup
+
+
+def _program(config: RunConfig, task: Any) -> tuple[Any, list[Any], str]:
+    """The program to tune and its schedule constraints: the file given, else the hand-written
+    resources/programs/TASK.json, else what the code generators make of the task's reference."""
+    from core.codegen import CodegenError, generate
+    from core.program import KernelProgram, ProgramError
+
+    program_path = Path(config.program) if config.program else default_program(task.name)
+    if config.program or program_path.exists():
+        if not program_path.exists():
+            raise RunSetupError(f"no program: {program_path} does not exist; give a program file (a "
+                                f"cuda-agent/program@1 JSON with tunables) for task {task.name}.")
+        try:
+            program = KernelProgram.load(program_path)
+        except (ProgramError, OSError) as exc:
+            raise RunSetupError(f"program error: {exc}") from None
+        if not program.tunables:
+            raise RunSetupError(f"nothing to search: {program_path} declares no tunables.")
+        return program, [], f"tuning the program {program_path}"
+    try:
+        gen = generate(task)
+    except CodegenError as exc:
+        raise RunSetupError(f"no program: {exc} (Give a program file with --program.)") from None
+    return gen.program, gen.space_constraints, f"tuning the generated {gen.family} program for {task.name}"
 
 
 def _pool(config: RunConfig, task: Any, project: Any, starting: Callable[[str], None] | None) -> tuple[Any, list[str]]:
@@ -128,6 +144,7 @@ def _pool(config: RunConfig, task: Any, project: Any, starting: Callable[[str], 
         names = ", ".join(str(p) for p in config.replay)
         return pool, [f"replaying {len(pool)} recorded verdicts from {names} (no GPU used)"]
     from core.evaluation import Evaluator
+    from core.evaluation.gpuinfo import gpu_key
     from core.evaluation.probe import probe_gpus
 
     probe = probe_gpus()
@@ -140,6 +157,8 @@ def _pool(config: RunConfig, task: Any, project: Any, starting: Callable[[str], 
     try:
         ev.start()
         project.set_hardware(ev.gpu)
+        # Stored with the record, so a replay of this project reports speedups over eager and compile.
+        project.set_baselines(gpu_key(ev.gpu), ev.baselines())
     except BaseException:
         ev.close()
         raise

@@ -1,0 +1,59 @@
+"""core.search.session: which program a run tunes (a file, the hand-written one, or the generated
+one), and the clear errors for bad settings. Replay pools only: no GPU."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from core.search.session import RunConfig, RunSetupError, _program, open_run
+from core.tasks import load_task
+from tests.support.replay_run import TASK_PATH, record_project
+
+TASKS = Path(__file__).resolve().parents[1] / "resources" / "tasks"
+
+
+def test_a_task_without_a_hand_written_program_gets_the_generated_one():
+    task = load_task(TASKS / "act_mish.py")
+    program, constraints, note = _program(RunConfig(task=task.path, project="unused"), task)
+    assert "generated pointwise program" in note
+    assert program.tunables and constraints        # the generator's masks come along
+
+
+def test_the_hand_written_program_wins_when_there_is_one():
+    task = load_task(TASK_PATH)
+    program, constraints, note = _program(RunConfig(task=TASK_PATH, project="unused"), task)
+    assert note.endswith("act_gelu.json") and constraints == []
+
+
+def test_a_task_no_generator_lowers_says_which_op(tmp_path):
+    task = load_task(TASKS / "mm_square.py")
+    with pytest.raises(RunSetupError, match="no program: .*mm") as err:
+        _program(RunConfig(task=task.path, project="unused"), task)
+    assert "--program" in str(err.value)
+
+
+def test_a_missing_program_file_is_named(tmp_path):
+    task = load_task(TASK_PATH)
+    with pytest.raises(RunSetupError, match="missing.json does not exist"):
+        _program(RunConfig(task=TASK_PATH, project="unused", program=tmp_path / "missing.json"), task)
+
+
+@pytest.mark.parametrize("change,message", [({"policy": "greedy"}, "unknown policy 'greedy'"),
+                                            ({"budget": 0}, "at least 1 evaluation")])
+def test_bad_settings_are_refused_before_anything_opens(tmp_path, change, message):
+    config = RunConfig(task=TASK_PATH, project=tmp_path / "p.cuagent", **change)
+    with pytest.raises(RunSetupError, match=message):
+        open_run(config)
+    assert not (tmp_path / "p.cuagent").exists()
+
+
+def test_a_project_of_another_task_is_refused_and_left_closed(tmp_path):
+    record = record_project(tmp_path / "record.cuagent")
+    other = TASKS / "act_mish.py"
+    with pytest.raises(RunSetupError, match="belongs to task 'act_gelu'"):
+        open_run(RunConfig(task=other, project=record, replay=[record]))
+    # Nothing holds the file: it opens again at once, for its own task.
+    setup = open_run(RunConfig(task=TASK_PATH, project=record, replay=[record]))
+    assert setup.project.task_name == "act_gelu"
+    setup.close()
