@@ -7,6 +7,13 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES_DIR = REPO_ROOT / "resources" / "tasks"
 PROGRAMS_DIR = REPO_ROOT / "resources" / "programs"
+DEMO_DIR = REPO_ROOT / "resources" / "demo"      # projects recorded on an H200 by `cuda-agent run`
+
+
+def demo_project() -> Path | None:
+    """The bundled demo project, or None when this installation has none."""
+    found = sorted(DEMO_DIR.glob("*.cuagent"))
+    return found[0] if found else None
 
 TASK_FILTER = "Task files (*.py);;All files (*)"
 PROGRAM_FILTER = "Kernel programs and ModelNew solutions (*.json *.py);;All files (*)"

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (QComboBox, QDockWidget, QFileDialog, QLabel, QMai
 
 from app import gpu_status
 from app.export_dialog import PROJECT_FILTER, ExportDialog
-from app.files import EXAMPLES_DIR, PROGRAM_FILTER, PROGRAMS_DIR, TASK_FILTER, file_kind
+from app.files import EXAMPLES_DIR, PROGRAM_FILTER, PROGRAMS_DIR, TASK_FILTER, demo_project, file_kind
 from app.gpu_status import GpuState
 from app.log_view import LogView
 from app.run_controller import RunController
@@ -104,6 +104,11 @@ class MainWindow(QMainWindow):
         self.act_open_project.setShortcut(QKeySequence("Ctrl+Alt+O"))
         self.act_open_project.setToolTip("Open a project (.cuagent): its candidates, rewards and lineage")
         self.act_open_project.triggered.connect(self._choose_project)
+        self.act_open_demo = QAction(icon(sp.SP_FileDialogInfoView), "Open Demo Project", self)
+        self.act_open_demo.setToolTip("A PPO search recorded on an NVIDIA H200 with `cuda-agent run`: "
+                                      "real measurements, no GPU needed to look at them")
+        self.act_open_demo.setEnabled(demo_project() is not None)
+        self.act_open_demo.triggered.connect(self.open_demo)
         self.act_check = QAction(icon(sp.SP_DialogApplyButton), "Check compile", self)
         self.act_check.setShortcut(QKeySequence("Ctrl+B"))
         self.act_check.triggered.connect(self.check_compile)
@@ -134,7 +139,8 @@ class MainWindow(QMainWindow):
 
     def _make_central(self) -> None:
         self.banner = ErrorBanner()
-        self.welcome = WelcomePage(self.act_open_task, self.act_open_program, open_project=self.act_open_project)
+        self.welcome = WelcomePage(self.act_open_task, self.act_open_program, open_project=self.act_open_project,
+                                   open_demo=self.act_open_demo)
         self.welcome.example_chosen.connect(self.show_task)
         self.welcome.recent_chosen.connect(self.open_path)
 
@@ -197,6 +203,7 @@ class MainWindow(QMainWindow):
         menu.addAction(self.act_open_task)
         menu.addAction(self.act_open_program)
         menu.addAction(self.act_open_project)
+        menu.addAction(self.act_open_demo)
         self.recent_menu = QMenu("Open &Recent", self)
         self.recent_menu.aboutToShow.connect(self._fill_recent_menu)
         menu.addMenu(self.recent_menu)
@@ -529,6 +536,13 @@ class MainWindow(QMainWindow):
                                               PROJECT_FILTER)
         if path:
             self.open_project(path)
+
+    def open_demo(self) -> None:
+        path = demo_project()
+        if path is None:
+            self.show_error("This installation has no demo project (resources/demo/ is empty).")
+            return
+        self.open_project(path)
 
     def open_project(self, path: str | Path) -> None:
         """Show a recorded project in the run view, streamed in like a live run."""

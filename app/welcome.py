@@ -19,7 +19,7 @@ class WelcomePage(QWidget):
     recent_chosen = Signal(str)      # path
 
     def __init__(self, open_task: QAction, open_program: QAction, parent: QWidget | None = None,
-                 open_project: QAction | None = None):
+                 open_project: QAction | None = None, open_demo: QAction | None = None):
         super().__init__(parent)
         self.setObjectName("welcome")
         title = QLabel("CUDA Agent")
@@ -29,7 +29,7 @@ class WelcomePage(QWidget):
 
         buttons = QHBoxLayout()
         buttons.setSpacing(8)
-        for action in (open_task, open_program, open_project):
+        for action in (open_task, open_program, open_project, open_demo):
             if action is None:
                 continue
             button = QToolButton()

@@ -3,8 +3,11 @@
 
     python scripts/screenshot.py docs/images/main-window.png
     python scripts/screenshot.py out.png --task resources/tasks/softmax_lastdim.py --program resources/programs/softmax_lastdim.json
-    python scripts/screenshot.py docs/images/run-view.png --run-replay
+    python scripts/screenshot.py docs/images/run-view.png --demo
+    python scripts/screenshot.py out.png --run-replay
 
+--demo opens the demo project shipped in resources/demo/ (a PPO search recorded on an H200) in the
+run view and selects its fastest candidate.
 --run-replay runs a PPO search that replays the made-up test record of tests/support/replay_run.py
 (no GPU; its times come from a formula, not a measurement) and captures the run view.
 
@@ -59,6 +62,7 @@ def main() -> int:
     parser.add_argument("--no-compile", action="store_true", help="do not run Check compile first")
     parser.add_argument("--size", default="1440x900", help="window size, WIDTHxHEIGHT")
     parser.add_argument("--welcome", action="store_true", help="capture the welcome page instead")
+    parser.add_argument("--demo", action="store_true", help="capture the run view of the bundled demo project")
     parser.add_argument("--run-replay", action="store_true",
                         help="capture the run view after a replayed search over made-up test data")
     args = parser.parse_args()
@@ -80,6 +84,14 @@ def main() -> int:
     wait_until(app, lambda: window.gpu.text != "Checking for GPUs…", 120, "the GPU probe")
     if args.welcome:
         wait_until(app, lambda: window.welcome.example_names(), 120, "the example tasks")
+    elif args.demo:
+        loaded = []
+        window.run_controller.history_loaded.connect(loaded.append)
+        window.open_demo()
+        wait_until(app, lambda: loaded or window.banner.isVisible(), 120, "the demo project")
+        window.run_page.plot.flush()
+        if window.run_page.best is not None:
+            window.run_page.select_candidate(window.run_page.best.candidate_id)
     else:
         window.open_task_file(args.task)
         wait_until(app, lambda: window.task is not None or window.banner.isVisible(), 120, "the task")

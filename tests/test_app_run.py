@@ -109,6 +109,23 @@ def test_opening_a_recorded_project_shows_its_history(qtbot, make_window, tmp_pa
     assert "could not be read" in window.banner.text()
 
 
+def test_the_demo_project_recorded_on_an_h200_opens_from_the_welcome_page(qtbot, make_window):
+    from app.files import demo_project
+    from core.project import Project
+
+    path = demo_project()
+    assert path is not None, "resources/demo/ must ship a recorded project"
+    with Project.open(path, readonly=True) as project:
+        expected = project.count(status="measured")
+        assert "H200" in project.hardware["name"] and project.baseline_keys()   # measured, with baselines
+    window = make_window()
+    assert window.act_open_demo.isEnabled()
+    with qtbot.waitSignal(window.run_controller.history_loaded, timeout=WAIT_MS):
+        window.act_open_demo.trigger()
+    assert window.run_page.table.model.rowCount() >= expected > 50
+    assert window.run_page.best is not None and window.run_page.best.median_ms > 0
+
+
 def _big_project(path, task, count: int = 50_000):
     from core.project import Project
     from tests.support.project_writer import make_records

@@ -569,3 +569,29 @@ def test_cli_inspect_refuses_a_foreign_file_clearly(tmp_path):
     assert done.returncode == 2
     assert "project error" in done.stderr and "foreign SQLite file" in done.stderr and "photos.db" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_only_the_newest_checkpoints_of_each_policy_are_kept(tmp_path, task):
+    with Project.create(tmp_path / "p.cuagent", task) as project:
+        saved = [project.save_checkpoint("ppo", bytes([i]) * 1000, {"updates": i}) for i in range(10)]
+        other = project.save_checkpoint("evolution", b"x", {})
+        assert project.checkpoint_counts() == {"evolution": 1, "ppo": Project.KEEP_CHECKPOINTS}
+        assert project.latest_checkpoint("ppo") == saved[-1]
+        assert project.latest_checkpoint("evolution") == other
+
+
+def test_compact_drops_old_checkpoints_of_older_files_and_shrinks_the_file(tmp_path, task):
+    path = tmp_path / "old.cuagent"
+    Project.create(path, task).close()
+    db = sqlite3.connect(path)   # as a file written before checkpoints were pruned
+    with db:
+        for i in range(20):
+            db.execute("INSERT INTO checkpoints (policy, created_at, meta, blob) VALUES ('ppo', 'then', '{}', ?)",
+                       (os.urandom(100_000),))
+    db.close()
+    with Project.open(path) as project:
+        newest = project.latest_checkpoint("ppo")
+        saved = project.compact()
+        assert project.checkpoint_counts() == {"ppo": Project.KEEP_CHECKPOINTS}
+        assert project.latest_checkpoint("ppo") == newest
+        assert saved > 1_500_000 and project.verify() == []

@@ -447,6 +447,21 @@ class Project:
     def journal_mode(self) -> str:
         return self._query("PRAGMA journal_mode")[0][0]
 
+    def compact(self) -> int:
+        """Drop checkpoints beyond the newest KEEP_CHECKPOINTS per policy (files written before that
+        rule) and give the free pages back to the file system; returns the bytes saved."""
+        before = self.path.stat().st_size
+        with self._write("dropping old checkpoints") as db:
+            db.execute("DELETE FROM checkpoints WHERE id NOT IN (SELECT id FROM (SELECT id, ROW_NUMBER() OVER "
+                       "(PARTITION BY policy ORDER BY id DESC) AS age FROM checkpoints) WHERE age <= ?)",
+                       (self.KEEP_CHECKPOINTS,))
+        with self._lock:
+            if self._db is None:
+                raise ProjectError(f"{self.path} is closed.")
+            self._db.execute("VACUUM")
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return before - self.path.stat().st_size
+
     def verify(self) -> list[str]:
         """Full integrity check of every page (reads the whole file); [] when all is well."""
         try:
@@ -724,11 +739,18 @@ class Project:
 
     # ---- policy checkpoints ------------------------------------------------------------------------
 
+    KEEP_CHECKPOINTS = 3   # per policy: a run updates its policy every few candidates
+
     def save_checkpoint(self, policy: str, blob: bytes, meta: dict[str, Any] | None = None) -> PolicyCheckpoint:
+        """Save a policy's state; only the newest KEEP_CHECKPOINTS of each policy are kept, so a long
+        run's file grows with its candidates, not with its policy updates."""
         ckpt = PolicyCheckpoint(None, policy, now_iso(), dict(meta or {}), bytes(blob))
         with self._write(f"saving a checkpoint of {policy}") as db:
             ckpt.id = db.execute("INSERT INTO checkpoints (policy, created_at, meta, blob) VALUES (?, ?, ?, ?)",
                                  (policy, ckpt.created_at, _dumps(ckpt.meta), ckpt.blob)).lastrowid
+            db.execute("DELETE FROM checkpoints WHERE policy = ? AND id NOT IN "
+                       "(SELECT id FROM checkpoints WHERE policy = ? ORDER BY id DESC LIMIT ?)",
+                       (policy, policy, self.KEEP_CHECKPOINTS))
         return ckpt
 
     def latest_checkpoint(self, policy: str) -> PolicyCheckpoint | None:

@@ -25,7 +25,9 @@ def project_events(path: str | Path, page: int = 2000) -> Iterator[object]:
         eager = baselines.eager.median_ms if baselines is not None and baselines.eager else None
         compiled = baselines.compile.median_ms if baselines is not None and baselines.compile else None
         total = sum(n for status, n in project.counts_by_status().items() if status in FINAL)
-        yield RunStarted(0, "recorded", project.task_name, total or None, None, None, eager, compiled)
+        policies = sorted({str(r.meta.get("policy")) for r in project.runs() if r.meta and r.meta.get("policy")})
+        yield RunStarted(0, "+".join(policies) or "recorded", project.task_name, total or None, None, None,
+                         eager, compiled)
         branches = {b.id: b for b in project.branches()}
         announced = {1}
         best_ms: float | None = None
