@@ -57,3 +57,13 @@ def test_a_project_of_another_task_is_refused_and_left_closed(tmp_path):
     setup = open_run(RunConfig(task=TASK_PATH, project=record, replay=[record]))
     assert setup.project.task_name == "act_gelu"
     setup.close()
+
+
+def test_a_replayed_run_records_the_baselines_of_the_record(tmp_path):
+    record = record_project(tmp_path / "record.cuagent")
+    setup = open_run(RunConfig(task=TASK_PATH, project=tmp_path / "new.cuagent", replay=[record]))
+    try:
+        keys = setup.project.baseline_keys()
+        assert keys and setup.project.baselines(keys[0]).eager.median_ms > 0
+    finally:
+        setup.close()

@@ -35,6 +35,7 @@ class ReplayPool:
         self._baselines = baselines
         self.misses = 0     # candidates asked for that were not recorded
         self.hardware: dict[str, Any] | None = None    # GPU info of the first recorded project that has it
+        self.baselines_key: str | None = None           # the GPU key the baselines were recorded under
 
     @classmethod
     def from_projects(cls, projects: Iterable[Any], gpu_key: str | None = None) -> "ReplayPool":
@@ -69,7 +70,7 @@ class ReplayPool:
             for key in keys:
                 b = project.baselines(key)
                 if b is not None:
-                    self._baselines = b
+                    self._baselines, self.baselines_key = b, key
                     break
 
     def __len__(self) -> int:

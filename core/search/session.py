@@ -141,6 +141,8 @@ def _pool(config: RunConfig, task: Any, project: Any, starting: Callable[[str], 
             raise RunSetupError(f"replay error: {exc}") from None
         if project.hardware is None and pool.hardware is not None:
             project.set_hardware(pool.hardware)     # the GPU the record was measured on
+        if pool.baselines_key and not project.baseline_keys():
+            project.set_baselines(pool.baselines_key, pool.baselines())   # speedups in this project too
         names = ", ".join(str(p) for p in config.replay)
         return pool, [f"replaying {len(pool)} recorded verdicts from {names} (no GPU used)"]
     from core.evaluation import Evaluator
