@@ -1,0 +1,190 @@
+"""Sweep the generated programs' schedules on a GPU: correctness of every sampled schedule, and the
+figures of the generators' issue (eager, torch.compile, default schedule, best of the sweep, floor).
+
+    PYTHONPATH=. python3 bench/sweep.py [--tasks NAME ...] [--evals 24] [--shard 0/2] [--deadline S] [--out DIR]
+
+For each example task the code generators accept: start an evaluator, measure the baselines,
+evaluate the default schedule and then legal schedules drawn at random (at most --evals in all;
+the whole space when it is smaller), and record every verdict in a project file
+(OUT/projects/TASK.cuagent), so the sweep can be replayed and used to train policies. Writes
+OUT/sweep.json after each task and OUT/sweep.md at the end; stops starting tasks once --deadline
+seconds have passed, so a run ends inside the device's time limit with what it measured.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import tarfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from core.codegen import CodegenError, generate  # noqa: E402
+from core.evaluation import Evaluator  # noqa: E402
+from core.evaluation.gpuinfo import gpu_key  # noqa: E402
+from core.project import CandidateRecord, Project  # noqa: E402
+from core.search.space import ScheduleSpace  # noqa: E402
+from core.tasks import load_task  # noqa: E402
+
+TASKS = ROOT / "resources" / "tasks"
+
+
+def log(*a) -> None:
+    print(*a, flush=True)
+
+
+def pick_schedules(space: ScheduleSpace, evals: int, seed: str) -> tuple[list[dict], int]:
+    """The default first, then distinct legal schedules at random; and the number of legal ones."""
+    legal = list(space.enumerate(cap=100_000))
+    default = space.default()
+    rest = [s for s in legal if s != default]
+    random.Random(seed).shuffle(rest)
+    return [default] + rest[:max(0, evals - 1)], len(legal)
+
+
+def sweep_task(task, gen, evals: int, projects: Path) -> dict:
+    space = ScheduleSpace.from_program(gen.program, task, constraints=gen.space_constraints)
+    schedules, n_legal = pick_schedules(space, evals, task.name)
+    row: dict = {"task": task.name, "family": gen.family, "legal_schedules": n_legal, "failures": [],
+                 "kernels": len(gen.program.launches)}
+    t0 = time.perf_counter()
+    path = projects / f"{task.name}.cuagent"
+    path.unlink(missing_ok=True)
+    candidates = [gen.program.with_schedule(s) for s in schedules]
+    with Evaluator(task) as ev, Project.create(path, task) as project, ThreadPoolExecutor(4) as compiles:
+        ev.start()
+        project.set_hardware(ev.gpu)
+        for candidate in candidates:   # NVRTC on the CPU pool while the GPU measures the baselines
+            compiles.submit(ev.prepare, candidate)
+        b = ev.baselines()
+        project.set_baselines(gpu_key(ev.gpu), b)
+        row["startup_and_baselines_s"] = time.perf_counter() - t0
+        row["eager_ms"] = b.eager.median_ms if b.eager else None
+        row["compile_ms"] = b.compile.median_ms if b.compile else None
+        row["compile_error"] = b.compile_error
+        best = None
+        for i, (schedule, candidate) in enumerate(zip(schedules, candidates)):
+            rec = CandidateRecord.from_program(candidate, origin="sweep:default" if i == 0 else "sweep:random")
+            project.add_candidate(rec)
+            result = ev.evaluate(candidate)
+            project.record_result(rec.id, result)
+            if not result.ok:
+                row["failures"].append({"schedule": schedule, "status": result.status.value,
+                                        "reason": result.reason[:400]})
+                continue
+            m = result.measurement
+            if i == 0:
+                row["default_ms"] = m.median_ms
+            if best is None or m.median_ms < best.median_ms:
+                best, row["best_schedule"] = m, schedule
+        row["evaluated"] = len(schedules)
+        row["seconds"] = time.perf_counter() - t0
+        if best is not None:
+            row.update(best_ms=best.median_ms, floor_ms=best.floor_ms, best_fraction=best.roofline_fraction,
+                       best_gbps=best.gbps)
+            rivals = [t for t in (row["eager_ms"], row["compile_ms"]) if t]
+            row["vs_best_baseline"] = min(rivals) / best.median_ms if rivals else None
+            row["target_met"] = bool((best.roofline_fraction or 0) >= 0.90 or (row["vs_best_baseline"] or 0) >= 1.05)
+    return row
+
+
+def us(ms) -> str:
+    return "-" if ms is None else f"{ms * 1e3:.1f}"
+
+
+def markdown(results: dict) -> str:
+    lines = [f"GPU: {results.get('gpu', '?')}  |  {results['date']}  |  `{results['command']}`", "",
+             "| task | kernels | legal | evaluated | failed | eager us | compile us | default us | best us | "
+             "floor us | best / floor | vs better baseline | target |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    fractions = []
+    for r in results["tasks"]:
+        if "error" in r:
+            lines.append(f"| {r['task']} | | | | | | | | | | | | error: {r['error'][:80]} |")
+            continue
+        frac = r.get("best_fraction")
+        if frac:
+            fractions.append(frac)
+        vs = r.get("vs_best_baseline")
+        lines.append(f"| {r['task']} | {r['kernels']} | {r['legal_schedules']} | {r['evaluated']} | "
+                     f"{len(r['failures'])} | {us(r.get('eager_ms'))} | {us(r.get('compile_ms'))} | "
+                     f"{us(r.get('default_ms'))} | {us(r.get('best_ms'))} | {us(r.get('floor_ms'))} | "
+                     f"{'-' if frac is None else f'{frac * 100:.0f} %'} | {'-' if vs is None else f'{vs:.2f}x'} | "
+                     f"{'met' if r.get('target_met') else 'not met'} |")
+    if fractions:
+        geo = math.exp(sum(math.log(f) for f in fractions) / len(fractions))
+        lines += ["", f"Geomean of best / floor over {len(fractions)} tasks: **{geo * 100:.0f} %**"]
+    failed = [(r["task"], f) for r in results["tasks"] for f in r.get("failures", [])]
+    if failed:
+        lines += ["", "Failures:"]
+        lines += [f"- {t}: {f['status']} at {f['schedule']}: {f['reason'][:200]}" for t, f in failed]
+    if results.get("skipped"):
+        lines += ["", "Not generated: " + ", ".join(f"{n}" for n, _ in results["skipped"])]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tasks", nargs="*", help="task names (default: every example the generators accept)")
+    ap.add_argument("--evals", type=int, default=24, help="evaluations per task, default schedule included")
+    ap.add_argument("--shard", default="0/1", help="I/N: this run takes every N-th task from the I-th")
+    ap.add_argument("--deadline", type=float, default=540.0, help="start no task after this many seconds")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = ap.parse_args()
+    if not 1 <= args.evals <= 200:
+        ap.error("--evals must be 1 to 200 (the issue allows a sweep of at most 200 evaluations)")
+    shard, shards = (int(v) for v in args.shard.split("/"))
+    out = Path(args.out)
+    projects = out / "projects"
+    projects.mkdir(parents=True, exist_ok=True)
+    names = args.tasks or sorted(p.stem for p in TASKS.glob("*.py"))
+    results: dict = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "tasks": [], "skipped": [],
+                     "command": "bench/sweep.py " + " ".join(sys.argv[1:])}
+    todo = []
+    for name in names:
+        task = load_task(TASKS / f"{name}.py")
+        try:
+            todo.append((task, generate(task)))
+        except CodegenError as exc:
+            results["skipped"].append((name, str(exc)[:300]))
+    todo = todo[shard::shards]
+    log(f"{len(todo)} tasks to sweep, {len(results['skipped'])} not generated")
+    started = time.monotonic()
+    for task, gen in todo:
+        if time.monotonic() - started > args.deadline:
+            log(f"deadline: {task.name} and later tasks not started")
+            results.setdefault("not_started", []).append(task.name)
+            continue
+        try:
+            row = sweep_task(task, gen, args.evals, projects)
+            results["gpu"] = results.get("gpu") or _gpu_name()
+        except Exception as exc:   # one task's failure must not lose the others' figures
+            row = {"task": task.name, "error": f"{type(exc).__name__}: {exc}"}
+        results["tasks"].append(row)
+        log(json.dumps({k: v for k, v in row.items() if k != "failures"}, default=str),
+            f"failures: {len(row.get('failures', []))}")
+        for f in row.get("failures", [])[:3]:
+            log("   ", f["status"], f["schedule"], f["reason"][:300])
+        (out / "sweep.json").write_text(json.dumps(results, indent=1, default=str))
+    (out / "sweep.md").write_text(markdown(results))
+    with tarfile.open(out / "sweep-projects.tar.gz", "w:gz") as tar:
+        tar.add(projects, arcname="projects")
+    log(markdown(results))
+    return 0
+
+
+def _gpu_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
