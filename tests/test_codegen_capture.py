@@ -57,7 +57,8 @@ def test_capture_multi_output_and_python_scalar_input():
 
 
 @pytest.mark.parametrize("name", POINTWISE_TASKS + sorted(SYNTHETIC) +
-                         ["red_sum_dim1", "softmax_lastdim", "red_max_lastdim", "norm_rmsnorm_bf16"])
+                         ["red_sum_dim1", "softmax_lastdim", "red_max_lastdim", "norm_rmsnorm_bf16",
+                          "norm_layernorm", "loss_cosine_similarity"])
 def test_interpreted_ir_matches_model_on_cpu(name):
     task = load(name)
     model = task.make_model(seed=0, device="cpu")
@@ -79,13 +80,42 @@ def test_interpreted_ir_matches_model_on_cpu(name):
 
 def test_unsupported_op_message_names_op_and_task():
     with pytest.raises(CodegenError) as info:
-        generate(load("softmax_dim1_fp16"))                # softmax over a dim that is not the last
+        generate(load("loss_cross_entropy"))               # log_softmax, then gather: an indexing op
     text = str(info.value)
-    assert "'softmax_dim1_fp16'" in text and "'_softmax.default'" in text and "\n" not in text
-    assert info.value.ops == ["_softmax.default"] and info.value.task == "softmax_dim1_fp16"
+    assert "'loss_cross_entropy'" in text and "'gather.default'" in text and "\n" not in text
+    assert info.value.ops == ["gather.default"] and info.value.task == "loss_cross_entropy"
     with pytest.raises(CodegenError) as info:
         generate(load("fused_swiglu_bf16"))
-    assert "'permute.default'" in str(info.value) and "mm.default" in str(info.value)
+    # The op that computes is named first; the weight transpose (a permute) is listed after it.
+    assert "no code generator lowers 'mm.default'" in str(info.value)
+    assert "also without a lowering: permute.default" in str(info.value)
+
+
+def test_capture_keeps_forward_outputs_only_and_decomposes_norms():
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = torch.nn.BatchNorm2d(4)      # training mode: eager updates the running stats
+
+        def forward(self, x):
+            return self.bn(x)
+
+    graph = capture_module(Model(), [torch.randn(2, 4, 3, 3)], "bn_train", ["x"])
+    assert len(graph.outputs) == 1 and graph.value(graph.outputs[0]).shape == (2, 4, 3, 3)
+    assert "var_mean.correction" in graph.ops() and not any("batch_norm" in op for op in graph.ops())
+    model = Model()
+    x = torch.randn(2, 4, 3, 3)
+    env = {"x": x, **{k: v.clone() for k, v in model.state_dict().items()}}
+    expected = model(x)
+    torch.testing.assert_close(interpret(graph, env)[0], expected, atol=1e-5, rtol=1e-5)
+
+
+def test_capture_optional_tensor_arguments_are_operands():
+    graph = capture(load("loss_cosine_similarity"))
+    clamp = next(n for n in graph.nodes if n.op == "clamp.Tensor")
+    assert isinstance(clamp.operands[1], Ref) and clamp.operands[2] is None and "min" not in clamp.attrs
+    to_copy = [n for n in capture(load("loss_cross_entropy")).nodes if n.op == "_to_copy.default"]
+    assert to_copy and all(n.attrs["device"] is None for n in to_copy)     # traced on meta: no device
 
 
 def test_untraceable_forward_gives_clear_error():

@@ -1,5 +1,9 @@
 """Capture: trace a task's Model to core ATen with torch.export on meta tensors, into a Graph.
 
+Decomposition: core ATen's table plus the norms (layer, group, batch, instance norm arrive as
+var_mean and elementwise ops). Only forward's own outputs are kept (a training-mode BatchNorm's
+running-statistics updates are dropped).
+
 No data is drawn and nothing is computed: the model and its inputs live on the meta device, so
 capturing a task with multi-GiB inputs is instant. Shapes and dtypes come from the traced
 nodes' fake values. Python numbers given to forward are specialised into the graph as constants.
@@ -11,12 +15,29 @@ import warnings
 from typing import Any
 
 import torch
+from torch._decomp import get_decompositions
 
 from core.codegen.errors import CodegenError
 from core.codegen.graph import Graph, GraphInput, Node, Operand, Ref
 
-# Schema argument types that are operands (values) rather than attributes.
-_OPERAND_TYPES = {"Tensor", "Tensor?", "Scalar", "Scalar?"}
+# Schema argument types that are operands (values) rather than attributes. Optional tensors print
+# as "Optional[Tensor]" (clamp.Tensor's bounds); python numbers print as "number" and stay
+# attributes (`other` of add.Scalar, `min` of clamp).
+_OPERAND_TYPES = {"Tensor", "Tensor?", "Optional[Tensor]", "Scalar", "Scalar?"}
+
+
+def decomposition_table() -> Any:
+    """Core ATen's decompositions plus the composite norms, so that every norm reaches the
+    generators as reductions (var_mean) and elementwise ops. _softmax / _log_softmax stay ops:
+    the row family lowers them over the last dim, the partitioner splits them over other dims."""
+    aten = torch.ops.aten
+    table = torch.export.default_decompositions()
+    table.update(get_decompositions([
+        aten.native_layer_norm, aten.native_group_norm, aten.native_batch_norm,
+        aten._native_batch_norm_legit, aten._native_batch_norm_legit_no_training,
+        aten._native_batch_norm_legit_functional,
+    ]))
+    return table
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -53,7 +74,7 @@ def _export(model: torch.nn.Module, inputs: list, name: str) -> torch.export.Exp
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             exported = torch.export.export(model, tuple(inputs))
-            return exported.run_decompositions()
+            return exported.run_decompositions(decomposition_table())
     except Exception as exc:
         first = str(exc).strip().split("\n")[0][:300]
         raise CodegenError(f"Task '{name}': torch.export could not trace Model.forward to ATen "
@@ -93,6 +114,10 @@ def capture_module(model: torch.nn.Module, inputs: list, name: str, input_names:
                                f"'{spec.target}' (a tensor created inside forward or a lifted "
                                f"constant), which code generation does not support yet.", task=name)
 
+    # Only what forward returns: export adds the new values of mutated buffers (running stats of a
+    # training-mode BatchNorm) as outputs, which the evaluator does not compare.
+    user_outputs = {spec.arg.name for spec in sig.output_specs
+                    if spec.kind.name == "USER_OUTPUT" and hasattr(spec.arg, "name")}
     nodes: list[Node] = []
     outputs: list[str] = []
     for fx_node in exported.graph.nodes:
@@ -114,7 +139,8 @@ def capture_module(model: torch.nn.Module, inputs: list, name: str, input_names:
                 if not isinstance(out, torch.fx.Node):
                     raise CodegenError(f"Task '{name}': forward returns a non-tensor value "
                                        f"({out!r}).", task=name)
-                outputs.append(names[out.name])
+                if out.name in user_outputs:
+                    outputs.append(names[out.name])
         else:
             raise CodegenError(f"Task '{name}': unexpected graph node kind '{fx_node.op}' "
                                f"({fx_node.target}).", task=name)
@@ -151,7 +177,7 @@ def _node(task: str, fx_node: torch.fx.Node, names: dict[str, str], constants: d
         if str(arg.type) in _OPERAND_TYPES:
             operands.append(_operand(task, value, names, constants, op))
         else:
-            attrs[arg.name] = _attr(value)
+            attrs[arg.name] = _attr(value, names)
     if len(results) > 1:
         attrs["results"] = [(tuple(int(s) for s in v.shape), _dtype_name(v.dtype)) for v in results]
     return Node(name=fx_node.name, op=op, operands=operands, attrs=attrs,
@@ -177,11 +203,15 @@ def _operand(task: str, value: Any, names: dict[str, str], constants: dict[str, 
                        f"({value!r}) that code generation does not support.", task=task, ops=[op])
 
 
-def _attr(value: Any) -> Any:
+def _attr(value: Any, names: dict[str, str]) -> Any:
+    if isinstance(value, torch.fx.Node):   # a tensor inside a list argument (cat, stack, index)
+        return Ref(names.get(value.name, value.name))
     if isinstance(value, torch.dtype):
         return _dtype_name(value)
-    if isinstance(value, (torch.device, torch.layout, torch.memory_format)):
+    if isinstance(value, torch.device):
+        return None if value.type == "meta" else str(value)   # traced on meta: the task's device
+    if isinstance(value, (torch.layout, torch.memory_format)):
         return str(value)
     if isinstance(value, (list, tuple)):
-        return [_attr(v) for v in value]
+        return [_attr(v, names) for v in value]
     return value

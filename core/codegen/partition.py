@@ -1,0 +1,942 @@
+"""Cut a captured graph into fusion groups, each lowered by one family into kernels.
+
+Every node is one of: an *anchor* (a reduction, scan, pooling or last-dim softmax: the op a
+family is built around, with the getitems that pick its results), *pointwise* (pointwise_ops),
+a *view* (view/reshape/squeeze/unsqueeze/clone/alias, or a permute that only moves size-1 dims:
+the same elements in the same flat order), or unsupported.
+
+Groups are formed greedily in graph order:
+- each anchor starts a group; the pointwise and view nodes that compute its operand from
+  materialised values (task inputs, weights, buffers of earlier groups) are inlined into it as its
+  *prologue*, when the family takes one;
+- a value that must exist in memory (a forward output, the operand of a family without prologue,
+  a value whose views cannot be fused) is a *root*; a root computed from an anchor's results (plus
+  other materialised values) joins that anchor's group as its *epilogue* when the family takes
+  one and the root has the anchor result's size; any other root joins a pointwise group of its
+  size (one kernel computes all its roots) or starts one;
+- a pointwise node is computed where it is needed: a node feeding two groups is recomputed in
+  both from their materialised inputs rather than stored (re-reading the inputs costs no more
+  memory traffic than writing and re-reading an intermediate);
+- every value crossing groups is a contiguous buffer; a view of a buffer or input is the same
+  memory read with another shape (an alias, no copy).
+
+Views inside a group disappear: a group works in one index *space* (the anchor's operand for the
+prologue, the anchor's result for the epilogue, the common refinement of the shapes of a pointwise
+group's values), and every value is described by its *layout* in that space: a shape of the
+space's rank whose dims are 1 (broadcast) or the space's size, whose flat order is the value's
+contiguous memory. A view keeps the flat order, so it has its source's layout; a pointwise op maps
+each operand's broadcast dims into the space. A value whose layout cannot be expressed that way
+(or that two consumers read in different layouts) becomes a root and is materialised.
+
+Each group becomes a sub-Graph whose inputs are what it reads (each with the shape it reads it
+as: its layout), whose nodes are the inlined ops (shapes = layouts), the anchor and the epilogue,
+and whose outputs are the values it must write. generate.py lowers the groups and merges them.
+"""
+from __future__ import annotations
+
+import importlib
+import keyword
+import math
+import re
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, Callable
+
+from core.codegen.errors import CodegenError
+from core.codegen.graph import Graph, GraphInput, Node, Ref
+from core.codegen.lower_rowreduce import SOFTMAXES, is_rowreduce
+from core.codegen.pointwise_ops import CONSTANT_OPS, is_pointwise
+
+Shape = tuple[int, ...]
+
+
+# ---- families -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    module: str
+    anchor_fn: str | None        # is_<family>(node, graph) -> bool
+    lower_fn: str                # lower_<family>(graph, kernel) -> Lowering
+    prologue: bool               # takes pointwise producers of its operand
+    epilogue: bool               # takes pointwise consumers of its results
+
+
+FAMILIES: dict[str, Family] = {
+    "reduce": Family("reduce", "core.codegen.lower_reduce", "is_reduce", "lower_reduce", True, True),
+    "scan": Family("scan", "core.codegen.lower_scan", "is_scan", "lower_scan", True, True),
+    "pool": Family("pool", "core.codegen.lower_pool", "is_pool", "lower_pool", False, True),
+    "rowreduce": Family("rowreduce", "core.codegen.lower_rowreduce", "is_rowreduce", "lower_rowreduce",
+                        False, False),
+    "pointwise": Family("pointwise", "core.codegen.lower_pointwise", None, "lower_pointwise", False, False),
+}
+ANCHOR_ORDER = ("reduce", "scan", "pool")
+_MODULES: dict[str, ModuleType | None] = {}
+
+
+def family_module(name: str) -> ModuleType | None:
+    """The family's module, or None while it does not exist (families land one by one)."""
+    fam = FAMILIES[name]
+    if fam.module not in _MODULES:
+        try:
+            _MODULES[fam.module] = importlib.import_module(fam.module)
+        except ModuleNotFoundError as exc:
+            if exc.name != fam.module:
+                raise
+            _MODULES[fam.module] = None
+    return _MODULES[fam.module]
+
+
+def family_lower(name: str) -> Callable[[Graph, str], Any]:
+    module = family_module(name)
+    if module is None:
+        raise CodegenError(f"the {name} family ({FAMILIES[name].module}) is not available")
+    return getattr(module, FAMILIES[name].lower_fn)
+
+
+def _is_anchor_of(name: str, node: Node, graph: Graph) -> bool:
+    module = family_module(name)
+    return module is not None and bool(getattr(module, FAMILIES[name].anchor_fn)(node, graph))
+
+
+def anchor_family(node: Node, graph: Graph) -> str | None:
+    """The family built around this node, or None. Softmax over the last dim stays with the row
+    family (one kernel); a lone last-dim sum/mean/amax/amin too (see _group_family)."""
+    if node.op == "getitem":
+        return None
+    if node.base in SOFTMAXES:
+        return "rowreduce" if is_rowreduce(node, graph) else None
+    for name in ANCHOR_ORDER:
+        if _is_anchor_of(name, node, graph):
+            return name
+    return "rowreduce" if is_rowreduce(node, graph) else None
+
+
+# ---- views and shapes ---------------------------------------------------------------------------
+
+VIEW_OPS = {"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "alias", "clone", "permute",
+            "contiguous", "lift_fresh_copy", "as_strided"}
+
+
+def is_view(node: Node, graph: Graph) -> bool:
+    """The node's result is its operand's elements in the same flat order (a contiguous reshape)."""
+    if node.base not in VIEW_OPS or not node.operands or not isinstance(node.operands[0], Ref):
+        return False
+    if any(isinstance(o, Ref) for o in node.operands[1:]):
+        return False
+    src = graph.value(node.operands[0].name)
+    if math.prod(src.shape) != math.prod(node.shape) or src.dtype != node.dtype:
+        return False
+    if node.base == "permute":
+        dims = [d % max(len(src.shape), 1) for d in node.attrs.get("dims", [])]
+        moved = [d for d in dims if src.shape[d] != 1]
+        return moved == sorted(moved)
+    if node.base == "clone":
+        return node.attrs.get("memory_format") in (None, "torch.preserve_format", "torch.contiguous_format")
+    if node.base == "as_strided":      # CPU decompositions reshape with it: contiguous strides only
+        size, stride = list(node.attrs.get("size", [])), list(node.attrs.get("stride", []))
+        contiguous = [math.prod(size[k + 1:]) for k in range(len(size))]
+        return node.attrs.get("storage_offset") in (None, 0) and all(
+            st == c for st, c, sz in zip(stride, contiguous, size) if sz != 1)
+    return True
+
+
+def refine(a: Shape, b: Shape) -> Shape | None:
+    """The coarsest shape both `a` and `b` are merges of consecutive dims of, or None."""
+    if a == b:
+        return a
+    if math.prod(a) != math.prod(b):
+        return None
+    cuts: set[int] = set()
+    for shape in (a, b):
+        p = 1
+        for s in shape:
+            p *= s
+            cuts.add(p)
+    out, prev = [], 1
+    for c in sorted(cuts):
+        if c == prev:
+            continue
+        if c % prev:
+            return None
+        out.append(c // prev)
+        prev = c
+    return tuple(out) if out else (1,)
+
+
+def _align(s: Shape, t: Shape) -> list[tuple[list[int], list[int]]] | None:
+    """Groups of consecutive non-1 dims of `s` and `t` with equal products (s and t have equal
+    numel), e.g. [64, 256] vs [64, 32, 8] -> [([0], [0]), ([1], [1, 2])]."""
+    si = [k for k, v in enumerate(s) if v != 1]
+    ti = [k for k, v in enumerate(t) if v != 1]
+    groups, i, j = [], 0, 0
+    while i < len(si) and j < len(ti):
+        ks, ds, ps, pt = [si[i]], [ti[j]], s[si[i]], t[ti[j]]
+        while ps != pt:
+            if ps < pt:
+                i += 1
+                if i == len(si):
+                    return None
+                ks.append(si[i])
+                ps *= s[si[i]]
+            else:
+                j += 1
+                if j == len(ti):
+                    return None
+                ds.append(ti[j])
+                pt *= t[ti[j]]
+        groups.append((ks, ds))
+        i += 1
+        j += 1
+    return groups if i == len(si) and j == len(ti) else None
+
+
+def reshape_exprs(exprs: list[str], src: Shape, dst: Shape) -> list[str]:
+    """Dim expressions of `dst`, a contiguous reshape of `src` whose dims are `exprs`: a dim that
+    is one dim of `src` keeps its expression, a size-1 dim is 1, any other is its number."""
+    out = [str(d) for d in dst]
+    for k, d in enumerate(dst):
+        if d == 1:
+            out[k] = "1"
+    for ks, ds in _align(src, dst) or []:
+        if len(ks) == 1 and len(ds) == 1:
+            out[ds[0]] = exprs[ks[0]]
+    return out
+
+
+class _Fail(Exception):
+    """A layout cannot be expressed: `node` must be materialised."""
+
+    def __init__(self, node: str):
+        super().__init__(node)
+        self.node = node
+
+
+class _Refine(_Fail):
+    """A pointwise group's space must split dim `dim` into `factors` to express a layout."""
+
+    def __init__(self, node: str, dim: int, factors: tuple[int, ...]):
+        super().__init__(node)
+        self.dim = dim
+        self.factors = factors
+
+
+def _operand_layout(consumer: Shape, layout: Shape, operand: Shape, node: str) -> Shape:
+    """The layout of an operand (broadcast to `consumer`) given the consumer's layout."""
+    if len(operand) > len(consumer):
+        raise _Fail(node)
+    aligned = (1,) * (len(consumer) - len(operand)) + tuple(operand)
+    groups = _align(consumer, layout)
+    if groups is None:
+        raise _Fail(node)
+    out = [1] * len(layout)
+    for ks, ds in groups:
+        full = [aligned[k] == consumer[k] for k in ks]
+        if all(full):
+            for d in ds:
+                out[d] = layout[d]
+        elif any(full):
+            if len(ds) == 1:      # the consumer's dims merge into one dim of the space: split it
+                raise _Refine(node, ds[0], tuple(consumer[k] for k in ks))
+            raise _Fail(node)
+    return tuple(out)
+
+
+# ---- the partition (data) -----------------------------------------------------------------------
+
+@dataclass
+class Read:
+    """One input of a group: a tensor of the program read with some shape."""
+
+    name: str                    # the sub-graph input's name
+    base: str                    # the program name of the tensor: task input, weight or buffer
+    base_shape: Shape            # its declared shape
+    shape: Shape                 # the shape the group reads it as (same numel, flat order kept)
+    kind: str                    # input | weight | buffer
+
+    @property
+    def alias(self) -> bool:
+        return self.shape != self.base_shape
+
+
+@dataclass
+class Group:
+    index: int                   # launch order
+    family: str
+    anchor: str | None           # the anchor node (None for pointwise groups)
+    graph: Graph                 # what the family lowers
+    outputs: list[str]           # canonical values it writes, parallel to graph.outputs
+    reads: list[Read]
+    prologue: list[str] = field(default_factory=list)   # ops computed before the anchor (node names)
+    epilogue: list[str] = field(default_factory=list)   # ops after it; a pointwise group's ops
+
+    def describe(self) -> str:
+        if self.anchor is None:
+            parts = [f"pointwise, {len(self.epilogue)} ops"]
+        else:
+            parts = [f"{self.family}({self.anchor})"]
+            if self.prologue:
+                parts.append(f"prologue {len(self.prologue)} ops")
+            if self.epilogue:
+                parts.append(f"epilogue {len(self.epilogue)} ops")
+        reads = ", ".join(f"{r.base}" + (f" as {list(r.shape)}" if r.alias else "") for r in self.reads)
+        return f"{'; '.join(parts)}: reads {reads}; writes {', '.join(self.outputs)}"
+
+
+@dataclass
+class BufferDecl:
+    name: str                    # program buffer name
+    value: str                   # the canonical value it holds
+    shape: Shape                 # declared shape (a forward output's shape when it is one)
+    dtype: str
+    group: int                   # the group that writes it
+
+
+@dataclass
+class Partition:
+    graph: Graph                 # the canonical graph the groups were cut from
+    groups: list[Group]
+    buffers: list[BufferDecl]
+    outputs: list[str]           # the buffer of each forward output, in order
+
+    def families(self) -> list[str]:
+        return [g.family for g in self.groups]
+
+
+# ---- canonical graph ----------------------------------------------------------------------------
+
+_TO_COPY = {"layout": None, "device": None, "pin_memory": None, "non_blocking": False, "memory_format": None}
+_COMPUTE = {"float16": "float32", "bfloat16": "float32", "float32": "float32", "float64": "float64"}
+
+
+class _Builder:
+    """Appends nodes with fresh names to a graph under construction."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.nodes: list[Node] = []
+        self.taken = {v.name for v in graph.inputs} | {n.name for n in graph.nodes} | set(graph.constants)
+        self.view = Graph(graph.task, graph.inputs, self.nodes, [], graph.constants)
+
+    def fresh(self, base: str) -> str:
+        name, i = base, 1
+        while name in self.taken:
+            name, i = f"{base}_{i}", i + 1
+        self.taken.add(name)
+        return name
+
+    def add(self, name: str, op: str, operands: list, attrs: dict, shape: Shape, dtype: str) -> Ref:
+        self.nodes.append(Node(name, op, operands, attrs, tuple(shape), dtype))
+        return Ref(name)
+
+    def to_copy(self, name: str, src: Ref, dtype: str, shape: Shape) -> Ref:
+        return self.add(name, "_to_copy.default", [src], {"dtype": dtype, **_TO_COPY}, shape, dtype)
+
+
+def canonicalize(graph: Graph) -> Graph:
+    """The graph with composite forms rewritten into ops the families lower, dead nodes removed
+    and every forward output made a distinct computed value (copies where forward returns an input
+    or the same value twice)."""
+    b = _Builder(graph)
+    split: set[str] = set()              # var_mean nodes split into var + mean (their getitems' names)
+    for n in graph.nodes:
+        n = Node(n.name, n.op, list(n.operands), dict(n.attrs), n.shape, n.dtype)
+        if n.base in SOFTMAXES and not is_rowreduce(n, b.view) and n.dtype in _COMPUTE:
+            _split_softmax(b, n)
+        elif n.op == "var_mean.correction" and not _is_anchor_of("reduce", n, b.view):
+            split.add(n.name)
+        elif n.op == "getitem" and n.operands[0].name in split:
+            src = next(m for m in graph.nodes if m.name == n.operands[0].name)
+            attrs = {k: v for k, v in src.attrs.items() if k != "results"}
+            if n.attrs["index"] == 0:
+                b.add(n.name, "var.correction", [src.operands[0]], attrs, n.shape, n.dtype)
+            else:
+                b.add(n.name, "mean.dim", [src.operands[0]],
+                      {"dim": attrs.get("dim"), "keepdim": attrs.get("keepdim", False), "dtype": None},
+                      n.shape, n.dtype)
+        elif n.op == "clamp.Tensor" and _constant_bounds(n, b):
+            lo, hi = (_constant_value(o, b) for o in n.operands[1:3])
+            b.add(n.name, "clamp.default", [n.operands[0]], {"min": lo, "max": hi}, n.shape, n.dtype)
+        elif n.op == "expand.default":
+            b.to_copy(n.name, n.operands[0], n.dtype, n.shape)     # a broadcasting identity
+        elif n.op == "repeat.default" and isinstance(n.operands[0], Ref):
+            _split_repeat(b, n)
+        else:
+            b.nodes.append(n)
+
+    outputs = list(graph.outputs)
+    values = {v.name: v for v in graph.inputs}
+    values.update({n.name: n for n in b.nodes})
+    claimed: set[str] = set()
+    for i, out in enumerate(outputs):
+        base = _view_base(out, values, b.view)
+        if isinstance(values[base], GraphInput) or base in claimed:
+            v = values[out]
+            copy = b.fresh(re.sub(r"\W", "_", out) + "_copy")
+            outputs[i] = base = b.to_copy(copy, Ref(out), v.dtype, v.shape).name
+        claimed.add(base)
+    return _dead_code_removed(Graph(graph.task, list(graph.inputs), b.nodes, outputs, dict(graph.constants)))
+
+
+def _split_softmax(b: _Builder, n: Node) -> None:
+    """softmax(x, d) = exp(x - amax) / sum(exp(x - amax)); log_softmax = (x - amax) - log(sum):
+    reductions over dim d plus pointwise ops, computed in fp32 as eager does for fp16/bf16."""
+    x = n.operands[0]
+    src = b.view.value(x.name)
+    d = int(n.attrs["dim"]) % max(len(src.shape), 1)
+    ct = _COMPUTE[src.dtype] if not n.attrs.get("half_to_float") else "float32"
+    full = tuple(src.shape)
+    kept = tuple(1 if k == d else s for k, s in enumerate(full))
+    if src.dtype != ct:
+        x = b.to_copy(b.fresh(f"{n.name}_in"), x, ct, full)
+    m = b.add(b.fresh(f"{n.name}_max"), "amax.default", [x], {"dim": [d], "keepdim": True}, kept, ct)
+    s = b.add(b.fresh(f"{n.name}_sub"), "sub.Tensor", [x, m], {"alpha": 1}, full, ct)
+    e = b.add(b.fresh(f"{n.name}_exp"), "exp.default", [s], {}, full, ct)
+    z = b.add(b.fresh(f"{n.name}_sum"), "sum.dim_IntList", [e], {"dim": [d], "keepdim": True, "dtype": None},
+              kept, ct)
+    last = n.name if n.dtype == ct else b.fresh(f"{n.name}_out")
+    if n.base == "_softmax":
+        b.add(last, "div.Tensor", [e, z], {}, full, ct)
+    else:
+        lz = b.add(b.fresh(f"{n.name}_log"), "log.default", [z], {}, kept, ct)
+        b.add(last, "sub.Tensor", [s, lz], {"alpha": 1}, full, ct)
+    if last != n.name:
+        b.to_copy(n.name, Ref(last), n.dtype, full)
+
+
+def _split_repeat(b: _Builder, n: Node) -> None:
+    """repeat(w, r) = w viewed as [1, s0, 1, s1, ...], broadcast to [r0, s0, r1, s1, ...], viewed
+    as [r0*s0, r1*s1, ...]: a broadcast that pointwise consumers fuse."""
+    src = b.view.value(n.operands[0].name)
+    reps = list(n.attrs["repeats"])
+    shape = (1,) * (len(reps) - len(src.shape)) + tuple(src.shape)
+    ones = tuple(v for s in shape for v in (1, s))
+    wide = tuple(v for r, s in zip(reps, shape) for v in (r, s))
+    u = b.add(b.fresh(f"{n.name}_src"), "view.default", [n.operands[0]], {"size": list(ones)}, ones, n.dtype)
+    t = b.to_copy(b.fresh(f"{n.name}_tile"), u, n.dtype, wide)
+    b.add(n.name, "view.default", [t], {"size": list(n.shape)}, n.shape, n.dtype)
+
+
+def _constant_node(o: Any, b: _Builder) -> Node | None:
+    if not isinstance(o, Ref):
+        return None
+    v = b.view.value(o.name)
+    if isinstance(v, Node) and v.base in CONSTANT_OPS and math.prod(v.shape) == 1 and \
+            not isinstance(v.attrs.get("s", v.attrs.get("fill_value")), Ref):
+        return v
+    return None
+
+
+def _constant_bounds(n: Node, b: _Builder) -> bool:
+    """clamp.Tensor whose bounds are constant scalars and whose dtype is its input's."""
+    bounds = n.operands[1:3]
+    src = b.view.value(n.operands[0].name) if isinstance(n.operands[0], Ref) else None
+    return src is not None and src.dtype == n.dtype and tuple(src.shape) == tuple(n.shape) and \
+        all(o is None or _constant_node(o, b) is not None for o in bounds)
+
+
+def _constant_value(o: Any, b: _Builder) -> Any:
+    node = _constant_node(o, b)
+    return None if node is None else node.attrs.get("s", node.attrs.get("fill_value"))
+
+
+def _view_base(name: str, values: dict[str, Any], graph: Graph) -> str:
+    v = values[name]
+    while isinstance(v, Node) and is_view(v, graph):
+        v = values[v.operands[0].name]
+    return v.name
+
+
+def _dead_code_removed(graph: Graph) -> Graph:
+    live = set(graph.outputs)
+    for n in reversed(graph.nodes):
+        if n.name in live:
+            live.update(o.name for o in n.operands if isinstance(o, Ref))
+    graph.nodes = [n for n in graph.nodes if n.name in live]
+    return graph
+
+
+# ---- grouping -----------------------------------------------------------------------------------
+
+class _Restart(Exception):
+    """Materialise `node` and partition again."""
+
+    def __init__(self, node: str):
+        super().__init__(node)
+        self.node = node
+
+
+@dataclass
+class _Draft:
+    index: int
+    family: str
+    anchor: str | None = None
+    results: list[str] = field(default_factory=list)    # the anchor's result values
+    operand: str | None = None                           # the anchor's operand value
+    prologue: set[str] = field(default_factory=set)
+    epilogue: set[str] = field(default_factory=set)      # epilogue nodes, or a pointwise group's nodes
+    roots: list[str] = field(default_factory=list)       # materialised values it computes besides results
+    leaves: set[str] = field(default_factory=set)        # values it reads
+    deps: set[int] = field(default_factory=set)
+    space: Shape | None = None                           # pointwise group index space
+
+
+class _Planner:
+    def __init__(self, graph: Graph, options: dict[str, tuple[bool, bool]], forced: set[str]):
+        self.g = graph
+        self.options = options
+        self.forced = forced
+        self.values: dict[str, GraphInput | Node] = {v.name: v for v in graph.inputs}
+        self.values.update({n.name: n for n in graph.nodes})
+        self.inputs = {v.name for v in graph.inputs}
+        self.order = {n.name: i for i, n in enumerate(graph.nodes)}
+        self.view = {n.name for n in graph.nodes if is_view(n, graph)}
+        self.family = {n.name: f for n in graph.nodes if (f := anchor_family(n, graph))}
+        self.results: dict[str, list[str]] = {}
+        self.result_of: dict[str, str] = {}
+        for a in self.family:
+            node = self.values[a]
+            getitems = [n.name for n in graph.nodes if n.op == "getitem" and n.operands[0] == Ref(a)]
+            self.results[a] = getitems if "results" in node.attrs else [a]
+            for r in self.results[a]:
+                self.result_of[r] = a
+        self.out_base = [_view_base(o, self.values, graph) for o in graph.outputs]
+        self.roots = {b for b in self.out_base if b not in self.result_of} | forced
+        self.owner: dict[str, int] = {}                  # materialised value -> its group
+        self.drafts: list[_Draft] = []
+
+    def shape(self, name: str) -> Shape:
+        return tuple(self.values[name].shape)
+
+    def numel(self, name: str) -> int:
+        return math.prod(self.shape(name))
+
+    # A node inlined into a group: views always; pointwise ops; flips only next to a scan.
+    def accepts(self, draft: _Draft, node: Node) -> bool:
+        if node.name in self.view:
+            return True
+        if node.base == "flip":
+            return draft.family == "scan"
+        return is_pointwise(node)
+
+    def region(self, starts: list[str], draft: _Draft, inline: bool = True) -> tuple[set[str], set[str]]:
+        """The nodes computed inline from `starts` back to materialised values (the leaves)."""
+        region: set[str] = set()
+        leaves: set[str] = set()
+        stack = list(starts)
+        while stack:
+            v = stack.pop()
+            if v in region or v in leaves:
+                continue
+            owner = self.owner.get(v)
+            if v in self.inputs or v in self.result_of or (owner is not None and owner != draft.index):
+                leaves.add(v)
+                continue
+            node = self.values[v]
+            if not ((inline or v in self.view) and self.accepts(draft, node)):
+                raise _Restart(v)
+            region.add(v)
+            stack.extend(o.name for o in node.operands if isinstance(o, Ref))
+        return region, leaves
+
+    def deps_of(self, leaves: set[str], draft: _Draft) -> set[int]:
+        deps = set()
+        for leaf in leaves:
+            if leaf in self.result_of:
+                deps.add(self.owner[self.result_of[leaf]])
+            elif leaf in self.owner:
+                deps.add(self.owner[leaf])
+        deps.discard(draft.index)
+        return deps
+
+    def reaches(self, start: int, target: int) -> bool:
+        seen, stack = set(), [start]
+        while stack:
+            i = stack.pop()
+            if i == target:
+                return True
+            if i not in seen:
+                seen.add(i)
+                stack.extend(self.drafts[i].deps)
+        return False
+
+    def acyclic(self, draft: _Draft, deps: set[int]) -> bool:
+        return not any(self.reaches(d, draft.index) for d in deps)
+
+    def run(self) -> list[_Draft]:
+        for n in self.g.nodes:
+            if n.name in self.family:
+                self.add_anchor(n)
+            elif n.name in self.roots:
+                self.place(n.name)
+        return self.drafts
+
+    def add_anchor(self, node: Node) -> None:
+        fam = FAMILIES[self.family[node.name]]
+        d = _Draft(len(self.drafts), fam.name, node.name, list(self.results[node.name]))
+        refs = [o.name for o in node.operands if isinstance(o, Ref)]
+        prologue, _ = self.options.get(node.name, (fam.prologue, fam.epilogue))
+        d.operand = refs[0] if refs else None
+        for k, r in enumerate(refs):
+            if k > 0:       # other tensor operands are read as they are
+                d.leaves.add(_view_base(r, self.values, self.g))
+                continue
+            region, leaves = self.region([r], d, inline=prologue and fam.prologue)
+            if region:
+                try:
+                    layouts(self.g, self.values, region, self.view, [(node.name, 0, r, self.shape(r))])
+                except _Fail as exc:
+                    raise _Restart(self.materialisable(exc.node)) from None
+            d.prologue |= region
+            d.leaves |= leaves
+        self.drafts.append(d)
+        self.owner[node.name] = d.index
+        for r in d.results:
+            self.owner[r] = d.index
+        d.deps = self.deps_of(d.leaves, d)
+
+    def place(self, root: str) -> None:
+        """Put a root into an anchor's epilogue, an existing pointwise group or a new one."""
+        for d in reversed(self.drafts):
+            if d.anchor is None or not self.epilogue_allowed(d):
+                continue
+            if self.numel(root) != self.numel(d.results[0]):
+                continue
+            try:
+                region, leaves = self.region([root], d)
+            except _Restart:
+                continue
+            if not leaves & set(d.results) and not region & (d.epilogue | set(d.roots)):
+                continue                # not computed from this anchor's results
+            deps = self.deps_of(leaves, d)
+            if not self.acyclic(d, deps) or not self.fits(d, d.epilogue | region, d.roots + [root],
+                                                         self.shape(d.results[0])):
+                continue
+            self.join(d, root, region, leaves, deps)
+            return
+        node = self.values[root]
+        if not is_pointwise(node) and root not in self.view:
+            raise CodegenError(f"Task '{self.g.task}': no code generator lowers '{node.op}' (node '{root}', "
+                               f"{node.dtype}{list(node.shape)}) here; it is only lowered next to the "
+                               f"anchor it belongs with (a flip around a cumsum/cumprod).",
+                               task=self.g.task, ops=[node.op])
+        for d in reversed(self.drafts):
+            if d.anchor is not None or self.numel(root) != self.numel(d.roots[0]):
+                continue
+            try:
+                region, leaves = self.region([root], d)
+            except _Restart:
+                continue
+            deps = self.deps_of(leaves, d)
+            if not self.acyclic(d, deps):
+                continue
+            space = self.pointwise_space(d.epilogue | region, d.roots + [root])
+            if space is not None:
+                d.space = space
+                self.join(d, root, region, leaves, deps)
+                return
+        d = _Draft(len(self.drafts), "pointwise")
+        region, leaves = self.region([root], d)
+        d.space = self.pointwise_space(region, [root], strict=True)
+        self.drafts.append(d)
+        self.join(d, root, region, leaves, self.deps_of(leaves, d))
+
+    def materialisable(self, name: str) -> str:
+        """The computed value to store so that `name` (maybe a view of it) needs no layout."""
+        base = _view_base(name, self.values, self.g)
+        if base in self.inputs:
+            raise CodegenError(f"Task '{self.g.task}': cannot fuse the views of '{base}' around node "
+                               f"'{name}' into one kernel.", task=self.g.task)
+        return base
+
+    def epilogue_allowed(self, d: _Draft) -> bool:
+        fam = FAMILIES[d.family]
+        return fam.epilogue and self.options.get(d.anchor, (fam.prologue, fam.epilogue))[1]
+
+    def join(self, d: _Draft, root: str, region: set[str], leaves: set[str], deps: set[int]) -> None:
+        d.epilogue |= region
+        d.roots.append(root)
+        d.leaves |= leaves
+        d.deps |= deps
+        self.owner[root] = d.index
+
+    def fits(self, d: _Draft, region: set[str], roots: list[str], space: Shape) -> bool:
+        try:
+            layouts(self.g, self.values, region, self.view, [(None, k, r, space) for k, r in enumerate(roots)])
+        except _Fail:
+            return False
+        return True
+
+    def pointwise_space(self, region: set[str], roots: list[str], strict: bool = False) -> Shape | None:
+        """The index space of a pointwise group: the common refinement of the shapes of its
+        computed values of full size, split further where a smaller value's dims need it; None
+        when the roots' layouts do not fit one space (or, when `strict`, materialise the value
+        that breaks it)."""
+        n = self.numel(roots[0])
+        space = self.shape(roots[0])
+        for name in sorted(region - self.view, key=lambda v: -self.order[v]):
+            if self.numel(name) != n:
+                continue
+            merged = refine(space, self.shape(name))
+            if merged is None:
+                if strict:
+                    raise _Restart(name)
+                return None
+            space = merged
+        for _ in range(len(region) + 64):
+            try:
+                lay, uses = layouts(self.g, self.values, region, self.view,
+                                    [(None, k, r, space) for k, r in enumerate(roots)])
+                if space == self.shape(roots[0]):
+                    return space
+                return self.coalesced(space, list(lay.values()) + [u[3] for u in uses], region, roots)
+            except _Refine as exc:
+                space = space[:exc.dim] + exc.factors + space[exc.dim + 1:]
+            except _Fail as exc:
+                if strict:
+                    raise _Restart(self.materialisable(exc.node)) from None
+                return None
+        return None
+
+    def coalesced(self, space: Shape, patterns: list[Shape], region: set[str], roots: list[str]) -> Shape:
+        """A refined space with neighbouring dims merged wherever every value is either full or
+        broadcast across them (fewer dims: fewer index divisions in the kernel)."""
+        groups: list[list[int]] = []
+        for d in range(len(space)):
+            if groups and all(len({L[k] == space[k] for k in groups[-1] + [d] if space[k] != 1}) <= 1
+                              for L in patterns):
+                groups[-1].append(d)
+            else:
+                groups.append([d])
+        merged = tuple(math.prod(space[k] for k in grp) for grp in groups)
+        try:
+            layouts(self.g, self.values, region, self.view, [(None, k, r, merged) for k, r in enumerate(roots)])
+        except _Fail:
+            return space
+        return merged
+
+
+def layouts(graph: Graph, values: dict[str, Any], region: set[str], views: set[str],
+            sinks: list[tuple[str | None, int, str, Shape]]) -> tuple[dict[str, Shape], list[tuple]]:
+    """The layout of every node of `region` in a space, given the layouts its consumers outside
+    the region read (sinks: (consumer, operand index, value, layout)); and the uses of values
+    outside the region as (consumer, operand index, value, layout). Raises _Fail(node) for a
+    node that has no layout or two."""
+    lay: dict[str, Shape] = {}
+    uses: list[tuple] = []
+
+    def use(consumer: str | None, i: int, value: str, layout: Shape) -> None:
+        if value in region:
+            if lay.setdefault(value, layout) != layout:
+                raise _Fail(value)
+        else:
+            uses.append((consumer, i, value, layout))
+
+    for consumer, i, value, layout in sinks:
+        if math.prod(values[value].shape) != math.prod(layout):
+            raise _Fail(value)
+        use(consumer, i, value, layout)
+    for node in reversed(graph.nodes):
+        if node.name not in region:
+            continue
+        if node.name not in lay:
+            raise _Fail(node.name)
+        layout = lay[node.name]
+        for i, o in enumerate(node.operands):
+            if not isinstance(o, Ref):
+                continue
+            shape = tuple(values[o.name].shape)
+            if node.name in views:
+                derived = layout
+            elif node.base == "flip":
+                if tuple(node.shape) != layout:
+                    raise _Fail(node.name)
+                derived = layout
+            else:
+                derived = _operand_layout(tuple(node.shape), layout, shape, node.name)
+            use(node.name, i, o.name, derived)
+    return lay, uses
+
+
+# ---- sub-graphs ---------------------------------------------------------------------------------
+
+def partition(graph: Graph, options: dict[str, tuple[bool, bool]] | None = None) -> Partition:
+    """Groups of a canonical graph (canonicalize) in launch order, with their sub-graphs.
+
+    options: anchor node -> (prologue allowed, epilogue allowed), to retry a group whose family
+    refused its prologue or epilogue."""
+    canon = graph
+    options = dict(options or {})
+    forced: set[str] = set()
+    for _ in range(len(canon.nodes) + 1):
+        planner = _Planner(canon, options, forced)
+        try:
+            drafts = planner.run()
+        except _Restart as exc:
+            if exc.node in forced:
+                raise CodegenError(f"Task '{graph.task}': cannot cut the graph into fusion groups around "
+                                   f"node '{exc.node}'.", task=graph.task) from None
+            forced = forced | {exc.node}
+            continue
+        return _build(planner, drafts)
+    raise CodegenError(f"Task '{graph.task}': cannot cut the graph into fusion groups.", task=graph.task)
+
+
+def _ident(name: str, taken: set[str]) -> str:
+    base = re.sub(r"\W", "_", name)
+    if not re.match(r"[A-Za-z]|_[A-Za-z0-9]", base):
+        base = "v" + base
+    if keyword.iskeyword(base) or base in _RESERVED:
+        base = "buf_" + base
+    out, i = base, 1
+    while out in taken:
+        out, i = f"{base}_{i}", i + 1
+    taken.add(out)
+    return out
+
+
+# Names the program's expression language or C keeps for itself.
+_RESERVED = {"min", "max", "cdiv", "dtype", "int32", "int64", "uint32", "uint64", "float32", "float64"}
+
+
+def _build(p: _Planner, drafts: list[_Draft]) -> Partition:
+    g = p.g
+    order = _launch_order(drafts)
+    # Anchor results read by other groups, or returned, are materialised too.
+    outputs_of: dict[int, list[str]] = {}
+    for d in drafts:
+        read_elsewhere = set().union(*(e.leaves for e in drafts if e is not d)) if len(drafts) > 1 else set()
+        outs = [r for r in d.results if r in read_elsewhere or r in p.out_base]
+        outputs_of[d.index] = outs + list(d.roots)
+    claim: dict[str, Shape] = {}
+    for out, base in zip(g.outputs, p.out_base):
+        claim.setdefault(base, tuple(p.values[out].shape))
+    # A buffer is named after its value (node names are unique), unless that is a task input's name.
+    taken = {v.name for v in g.inputs} | set(g.constants)
+    buffers: list[BufferDecl] = []
+    buffer_of: dict[str, BufferDecl] = {}
+    for index, d in enumerate(order):
+        for v in outputs_of[d.index]:
+            decl = BufferDecl(_ident(v, taken), v, claim.get(v, p.shape(v)), p.values[v].dtype, index)
+            buffers.append(decl)
+            buffer_of[v] = decl
+    taken |= {n.name for n in g.nodes}
+    groups = [_subgraph(p, d, index, outputs_of[d.index], buffer_of, taken) for index, d in enumerate(order)]
+    return Partition(g, groups, buffers, [buffer_of[b].name for b in p.out_base])
+
+
+def _launch_order(drafts: list[_Draft]) -> list[_Draft]:
+    done: set[int] = set()
+    order: list[_Draft] = []
+    while len(order) < len(drafts):
+        for d in drafts:
+            if d.index not in done and d.deps <= done:
+                order.append(d)
+                done.add(d.index)
+                break
+        else:
+            raise CodegenError("the fusion groups depend on each other in a cycle")
+    return order
+
+
+def _subgraph(p: _Planner, d: _Draft, index: int, outputs: list[str], buffer_of: dict[str, BufferDecl],
+              taken: set[str]) -> Group:
+    g = p.g
+    nodes: list[Node] = []
+    inputs: list[GraphInput] = []
+    reads: list[Read] = []
+    read_for: dict[tuple[str, Shape], str] = {}
+    local_taken = set(taken)
+    pointwise = d.anchor is None
+    positions = {v.name: i for i, v in enumerate(g.inputs)}
+
+    def read(value: str, layout: Shape) -> str:
+        if value in buffer_of:
+            base, base_shape, kind = buffer_of[value].name, buffer_of[value].shape, "buffer"
+        else:
+            src = p.values[value]
+            base, base_shape, kind = value, tuple(src.shape), src.kind
+        shape = layout
+        if pointwise and _strip_ones(layout) == _strip_ones(base_shape) and len(base_shape) <= len(layout):
+            shape = base_shape        # right-aligned broadcasting reads it as it is
+        key = (base, shape)
+        if key not in read_for:
+            name = base if shape == base_shape else _ident(f"{base}_{len(shape)}d", local_taken)
+            read_for[key] = name
+            reads.append(Read(name, base, base_shape, shape, kind))
+            inputs.append(GraphInput(name, kind, shape, p.values[value].dtype))
+        return read_for[key]
+
+    def emit(region: set[str], sinks: list[tuple], suffix: str, own: set[str]) -> dict[str, str]:
+        """Nodes of one region with layouts as shapes; returns value -> local name."""
+        lay, uses = layouts(g, p.values, region, p.view, sinks)
+        use_name = {}
+        for consumer, i, value, layout in uses:
+            use_name[(consumer, i)] = value if value in own else read(value, layout)
+        local: dict[str, str] = {}
+
+        def operand(consumer: Node, i: int) -> str:
+            o = consumer.operands[i].name
+            if o in region:
+                return operand(p.values[o], 0) if o in p.view else local[o]
+            return use_name[(consumer.name, i)]
+
+        for node in g.nodes:
+            if node.name not in region or node.name in p.view:
+                continue
+            name = node.name if node.name not in used_names else _ident(node.name + suffix, local_taken)
+            used_names.add(name)
+            ops = [Ref(operand(node, i)) if isinstance(o, Ref) else o for i, o in enumerate(node.operands)]
+            nodes.append(Node(name, node.op, ops, dict(node.attrs), lay[node.name], node.dtype))
+            local[node.name] = name
+        for consumer, i, value, _ in sinks:
+            v = value
+            while v in region and v in p.view:        # the sink is a view: its source's name
+                consumer, i, v = v, 0, p.values[v].operands[0].name
+            local.setdefault(value, local[v] if v in region else use_name[(consumer, i)])
+        return local
+
+    used_names: set[str] = set()
+    local: dict[str, str] = {}
+    if pointwise:
+        sinks = [(None, k, r, d.space) for k, r in enumerate(d.roots)]
+        local = emit(d.epilogue, sinks, "", set())
+    else:
+        anchor = p.values[d.anchor]
+        sinks = [(anchor.name, 0, d.operand, p.shape(d.operand))] if d.operand else []
+        pro = emit(d.prologue, sinks, "", set())
+        ops = []
+        for i, o in enumerate(anchor.operands):
+            if isinstance(o, Ref) and i == 0 and o.name in pro:
+                ops.append(Ref(pro[o.name]))
+            elif isinstance(o, Ref):
+                ops.append(Ref(read(_view_base(o.name, p.values, g), p.shape(o.name))))
+            else:
+                ops.append(o)
+        nodes.append(Node(anchor.name, anchor.op, ops, dict(anchor.attrs), anchor.shape, anchor.dtype))
+        used_names.add(anchor.name)
+        for r in d.results:
+            if r != anchor.name:
+                res = p.values[r]
+                nodes.append(Node(r, res.op, list(res.operands), dict(res.attrs), res.shape, res.dtype))
+                used_names.add(r)
+        space = p.shape(d.results[0])
+        sinks = [(None, k, r, space) for k, r in enumerate(d.roots)]
+        local = emit(d.epilogue, sinks, "_e", set(d.results))
+        local.update({r: r for r in d.results})
+    order = sorted(range(len(inputs)), key=lambda k: (positions.get(reads[k].base, len(positions)), k))
+    sub = Graph(g.task, [inputs[k] for k in order], nodes, [local[o] for o in outputs], dict(g.constants))
+    family = d.family if d.anchor else "pointwise"
+    if family == "reduce" and not d.prologue - p.view and not d.epilogue and len(nodes) == 1 and \
+            is_rowreduce(nodes[0], sub):
+        family = "rowreduce"      # a lone last-dim reduction keeps the row family's program
+    return Group(index, family, d.anchor, sub, outputs,
+                 [reads[k] for k in order], sorted(d.prologue - p.view, key=p.order.get),
+                 sorted(d.epilogue - p.view, key=p.order.get))
+
+
+def _strip_ones(shape: Shape) -> Shape:
+    k = 0
+    while k < len(shape) and shape[k] == 1:
+        k += 1
+    return tuple(shape[k:])
