@@ -32,7 +32,6 @@ the schedules that would only take the scalar path or waste most of each tile.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
