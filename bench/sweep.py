@@ -173,6 +173,7 @@ def main() -> int:
         for f in row.get("failures", [])[:3]:
             log("   ", f["status"], f["schedule"], f["reason"][:300])
         (out / "sweep.json").write_text(json.dumps(results, indent=1, default=str))
+    (out / "sweep.json").write_text(json.dumps(results, indent=1, default=str))
     (out / "sweep.md").write_text(markdown(results))
     with tarfile.open(out / "sweep-projects.tar.gz", "w:gz") as tar:
         tar.add(projects, arcname="projects")
