@@ -5,7 +5,7 @@ See docs/project-file.md for the schema, versions and guarantees.
 from .export import (ExportError, ExportResult, check_program, export_candidate, export_record, provenance_from,
                      render_cu, render_loader_snippet, render_modelnew)
 from .migrations import APPLICATION_ID, CURRENT_VERSION
-from .records import STATUSES, Branch, CandidateRecord, PolicyCheckpoint, RunSession
+from .records import STATUSES, Branch, CandidateRecord, CandidateSummary, PolicyCheckpoint, RunSession
 from .report import render_report
 from .store import Project, ProjectError, run_may_be_live
 
@@ -25,6 +25,7 @@ __all__ = [
     "STATUSES",
     "Branch",
     "CandidateRecord",
+    "CandidateSummary",
     "PolicyCheckpoint",
     "Project",
     "ProjectError",

@@ -77,6 +77,23 @@ class CandidateRecord:
                    solution_source=solution.source, candidate_hash=solution.content_hash(), status=status)
 
 
+@dataclass(frozen=True)
+class CandidateSummary:
+    """The few fields a history view needs, read without the program, source or measurement
+    documents (a 50,000-candidate project streams in a fraction of the time)."""
+
+    id: int
+    branch_id: int
+    parent_id: int | None
+    origin: str
+    schedule: dict[str, int]
+    status: str
+    reason: str
+    median_ms: float | None
+    reward: float | None
+    speedup_eager: float | None
+
+
 @dataclass
 class PolicyCheckpoint:
     """Saved weights (or any state) of a policy, e.g. the PPO network after an update."""

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from .migrations import APPLICATION_ID, CURRENT_DDL, CURRENT_VERSION, steps_from
-from .records import KINDS, PENDING_STATUSES, STATUSES, Branch, CandidateRecord, PolicyCheckpoint, RunSession, now_iso
+from .records import (KINDS, PENDING_STATUSES, STATUSES, Branch, CandidateRecord, CandidateSummary, PolicyCheckpoint,
+                      RunSession, now_iso)
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 # Files up to this size get a full quick_check on open (a fraction of a second even when cold).
@@ -707,6 +708,19 @@ class Project:
                 return
             last = rows[-1][0]
             left = None if left is None else left - len(rows)
+
+    def summaries(self, status: str | Iterable[str] | None = None, since_id: int | None = None,
+                  limit: int = PAGE) -> list[CandidateSummary]:
+        """Up to `limit` candidates after since_id, in id order, as CandidateSummary: no program,
+        source or measurement document is read or parsed."""
+        where, params = self._filters(None, status)
+        rows = self._query(
+            "SELECT c.id, c.branch_id, c.parent_id, c.origin, c.schedule, c.status, c.reason, c.median_ms, "
+            "c.reward, json_extract(c.measurement, '$.speedup_eager') FROM candidates c "
+            f"WHERE {' AND '.join(where + ['c.id > ?'])} ORDER BY c.id LIMIT ?", (*params, since_id or 0, limit))
+        return [CandidateSummary(cid, branch, parent, origin, _loads(schedule) or {}, status_, reason, median,
+                                 reward, speedup)
+                for cid, branch, parent, origin, schedule, status_, reason, median, reward, speedup in rows]
 
     def count(self, branch_id: int | None = None, status: str | Iterable[str] | None = None) -> int:
         where, params = self._filters(branch_id, status)

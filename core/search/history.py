@@ -34,7 +34,7 @@ def project_events(path: str | Path, page: int = 2000) -> Iterator[object]:
         n = 0
         last = 0
         while True:
-            batch = list(project.candidates(status=FINAL, since_id=last, limit=page))
+            batch = project.summaries(status=FINAL, since_id=last, limit=page)
             if not batch:
                 return
             for rec in batch:
@@ -50,5 +50,5 @@ def project_events(path: str | Path, page: int = 2000) -> Iterator[object]:
                                          rec.reward if rec.reward is not None else float("nan"), n)
                 if median is not None and (best_ms is None or median < best_ms):
                     best_ms = median
-                    speedup = (rec.measurement or {}).get("speedup_eager")
+                    speedup = rec.speedup_eager
                     yield NewBest(rec.id, median, speedup if speedup else (eager / median if eager else None))
