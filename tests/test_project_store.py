@@ -595,3 +595,19 @@ def test_compact_drops_old_checkpoints_of_older_files_and_shrinks_the_file(tmp_p
         assert project.checkpoint_counts() == {"ppo": Project.KEEP_CHECKPOINTS}
         assert project.latest_checkpoint("ppo") == newest
         assert saved > 1_500_000 and project.verify() == []
+
+
+def test_summaries_agree_with_the_full_records(tmp_path, task):
+    with Project.create(tmp_path / "s.cuagent", task) as project:
+        project.add_candidates(make_records(300, seed=9))
+        final = ("measured", "wrong", "crashed")
+        full = list(project.candidates(status=final))
+        light = project.summaries(status=final, limit=1000)
+        assert [s.id for s in light] == [r.id for r in full] and len(light) > 10
+        for s, r in zip(light, full):
+            assert (s.branch_id, s.parent_id, s.origin, s.schedule, s.status, s.reason, s.reward) == \
+                (r.branch_id, r.parent_id, r.origin, r.schedule, r.status, r.reason, r.reward)
+            assert s.median_ms == (r.median_ms if r.status == "measured" else s.median_ms)
+            assert s.speedup_eager == (r.measurement or {}).get("speedup_eager")
+        page = project.summaries(status=final, since_id=light[4].id, limit=3)
+        assert [s.id for s in page] == [s.id for s in light[5:8]]
