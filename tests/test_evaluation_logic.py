@@ -48,6 +48,21 @@ def test_compare_nan_and_inf_must_match():
     assert "Inf" in compare(bad, ref, 1e-4, 1e-4)
 
 
+def test_a_float64_reference_beyond_the_output_range_expects_inf():
+    # A float32 product past FLT_MAX is inf in any float32 output; the float64 reference is finite.
+    ref = torch.tensor([3.5e38, -4e38, 3.0e38, 1.0], dtype=torch.float64)
+    out = torch.tensor([math.inf, -math.inf, 3.0e38, 1.0], dtype=torch.float32)
+    assert compare(out, ref, 1e-4, 1e-4) is None
+    assert bool(close_mask(out, ref, 1e-4, 1e-4).all())
+    # 3.0e38 fits in float32: inf there is still wrong.
+    wrong = torch.tensor([math.inf, -math.inf, math.inf, 1.0], dtype=torch.float32)
+    assert "+-Inf" in compare(wrong, ref, 1e-4, 1e-4)
+    assert not bool(close_mask(wrong, ref, 1e-4, 1e-4)[2])
+    # A finite output where the reference rounds to inf is wrong too.
+    finite = torch.tensor([3.4e38, -math.inf, 3.0e38, 1.0], dtype=torch.float32)
+    assert "+-Inf" in compare(finite, ref, 1e-4, 1e-4)
+
+
 def test_compare_rejects_shape_and_non_tensor():
     ref = torch.zeros(4, dtype=torch.float64)
     assert "shape" in compare(torch.zeros(5), ref, 1e-4, 1e-4)
