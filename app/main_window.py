@@ -6,6 +6,7 @@ GUI thread through workers.ResultBridge. Nothing here touches CUDA.
 """
 from __future__ import annotations
 
+import gc
 import threading
 from functools import partial
 from pathlib import Path
@@ -76,6 +77,9 @@ class MainWindow(QMainWindow):
         self.log("CUDA Agent started. Compile checks use NVRTC in worker processes; "
                  "this window never creates a CUDA context.")
 
+        # What the imports and the window built lives for the session: out of the collector's
+        # reach, so no full collection walks it again while candidates stream in.
+        gc.freeze()
         self.background.submit(probe_gpus, on_done=self._probe_done)
         if examples_dir is not None:
             self.background.submit(scan_suite, examples_dir, on_done=self._examples_done)

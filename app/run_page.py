@@ -112,10 +112,10 @@ class RunPage(QWidget):
         self.eager_ms, self.best, self.evaluations, self.state = None, None, 0, "starting"
         self._proposed.clear()
         self._rows.clear()
-        # Collect the previous run's rows once, now, then freeze every survivor (the libraries'
-        # millions of objects included): a full collection during the stream would walk them all,
-        # a pause of ~0.4 s here (measured on the 2-core machine), where freezing is a list splice.
-        gc.unfreeze()
+        # Frozen objects still die by reference counting when the views drop the previous run's
+        # rows; only cycles among them would stay, so collect what is not frozen and freeze the
+        # rest. (Unfreezing would hand the libraries' millions of objects back to the collector:
+        # a 0.2-0.4 s pause here on the 2-core machine, and again at every full collection.)
         gc.collect()
         gc.freeze()
         self._rows_since_freeze = 0
@@ -183,7 +183,7 @@ class RunPage(QWidget):
         Tens of thousands of rows stay alive for the whole run; every full collection would walk
         all of them again, a pause of 100-300 ms on a small machine (measured: event-loop lag
         p99 263 ms with 20,000 rows, 66 ms with collection off). They die by reference counting
-        when the next run clears the views; begin() collects what cycles remain."""
+        when the next run clears the views (a reference cycle among them would stay until exit)."""
         self._rows_since_freeze += added
         if self._rows_since_freeze >= FREEZE_EVERY:
             gc.freeze()

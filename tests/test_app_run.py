@@ -165,10 +165,10 @@ def test_a_50000_candidate_stream_keeps_the_event_loop_responsive(qtbot, make_wi
     p99 = lags[int(0.99 * (len(lags) - 1))]
     print(f"\n50,000 candidates streamed in {seconds:.1f} s; event-loop lag p50 {lags[len(lags) // 2]:.1f} ms, "
           f"p99 {p99:.1f} ms, max {lags[-1]:.1f} ms over {len(lags)} ticks")
-    # The target is p99 < 50 ms. This 2-core CI-class machine, painting offscreen in software,
-    # measured 45 and 61 ms in two runs (docs/performance.md); before the drain cap, the plot's
-    # redraw throttle and gc.freeze it measured 182-364 ms. This bound catches a return to that.
-    assert p99 < 100.0
+    # The bound. On the 2-core CI-class machine, painting offscreen in software, six runs
+    # measured p99 30-37 ms with the machine otherwise idle, 39-46 ms with another process busy
+    # (docs/performance.md); before the light history reads and gc.freeze at start, 45-364 ms.
+    assert p99 < 50.0
 
 
 def test_a_repeat_answered_from_the_record_keeps_the_rows_lineage(qtbot):
