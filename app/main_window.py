@@ -264,7 +264,13 @@ class MainWindow(QMainWindow):
         self.gpu_dot = QLabel("●")
         self.gpu_dot.setObjectName("gpuDot")
         self.gpu_label = ElidedLabel("")
+        self.pool_label = ElidedLabel("Pool: idle")
+        self.pool_label.setMinimumWidth(110)
+        self.pool_label.setObjectName("poolState")
+        self.pool_label.setToolTip("Where the search's candidates are measured, and what the search is doing")
+        self._pool_kind = ""
         bar.addWidget(self.activity, 2)
+        bar.addPermanentWidget(self.pool_label, 1)
         bar.addPermanentWidget(self.gpu_dot)
         bar.addPermanentWidget(self.gpu_label, 3)
         self._show_gpu(gpu_status.CHECKING, "busy")
@@ -365,6 +371,8 @@ class MainWindow(QMainWindow):
         self.run_page.begin(config.project, config.budget, self.task.name if self.task else "", config.policy)
         self.pages.setCurrentWidget(self.run_page)
         where = "replaying " + ", ".join(str(p) for p in config.replay) if config.replay else "on this GPU"
+        self._pool_kind = (f"replay of {len(config.replay)} record{'s' if len(config.replay) > 1 else ''}"
+                           if config.replay else f"GPU {config.device}")
         self.log(f"Starting a {config.policy} search of {program_name or 'the program'} ({config.budget} evaluations, "
                  f"{where}) into {config.project}")
         self.run_controller.start(config)
@@ -423,6 +431,8 @@ class MainWindow(QMainWindow):
     def _run_state(self, state: str) -> None:
         self.run_page.set_state(state)
         self._update_run_actions()
+        self.pool_label.set_full_text(f"Pool: {self._pool_kind} · {state}" if self._pool_kind and state != "idle"
+                                      else "Pool: idle")
         if state in ("running", "paused"):
             self._busy(f"Search {state}")
 
@@ -562,6 +572,7 @@ class MainWindow(QMainWindow):
         self.pages.setCurrentWidget(self.run_page)
         self._busy(f"Reading project {path.name}…")
         self.log(f"Opening project {path}")
+        self._pool_kind = ""          # a recorded project is read, not measured
         self.run_controller.load_history(path)
         self._remember(path)
 

@@ -29,7 +29,7 @@ class WelcomePage(QWidget):
 
         buttons = QHBoxLayout()
         buttons.setSpacing(8)
-        for action in (open_task, open_program, open_project, open_demo):
+        for action in (open_task, open_program, open_project):
             if action is None:
                 continue
             button = QToolButton()
@@ -79,6 +79,13 @@ class WelcomePage(QWidget):
         self.recent_empty.setObjectName("hint")
         right = QVBoxLayout()
         right.setSpacing(6)
+        if open_demo is not None:
+            # In the narrow column, so the window's minimum width does not grow with it.
+            demo = QToolButton()
+            demo.setDefaultAction(open_demo)
+            demo.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+            right.addWidget(demo)
+            right.addSpacing(8)
         right.addWidget(recent_title)
         right.addWidget(self.recent, 1)
         right.addWidget(self.recent_empty)

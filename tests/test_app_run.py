@@ -66,6 +66,7 @@ def test_pause_fork_resume_stop_from_the_toolbar(qtbot, make_window, tmp_path, r
     paused_at = window.run_page.evaluations
     qtbot.wait(300)
     assert window.run_page.evaluations == paused_at
+    assert window.pool_label.full_text() == "Pool: replay of 1 record · paused"      # the status bar says so
 
     assert not window.act_fork.isEnabled()               # nothing selected yet
     first = next(e.candidate_id for e in got if isinstance(e, ev.CandidateEvaluated))
@@ -81,6 +82,7 @@ def test_pause_fork_resume_stop_from_the_toolbar(qtbot, make_window, tmp_path, r
     with qtbot.waitSignal(window.run_controller.finished, timeout=WAIT_MS) as done:
         window.act_stop.trigger()
     assert done.args[0].reason == "stopped"
+    qtbot.waitUntil(lambda: window.pool_label.full_text() == "Pool: idle", timeout=WAIT_MS)
     assert f"Branch '{forked.branch_name}' starts from candidate {first}" in window.log_view.toPlainText()
 
 
