@@ -353,9 +353,10 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--force", action="store_true", help="replace files that already exist there")
     x.set_defaults(func=cmd_export)
 
-    from core.search.cli import add_run_parser
+    from core.search.cli import add_bench_search_parser, add_run_parser
 
     add_run_parser(sub)
+    add_bench_search_parser(sub)
 
     d = sub.add_parser("doctor", help="say what this machine has and what will work")
     d.set_defaults(func=cmd_doctor)

@@ -1,4 +1,4 @@
-"""`cuda-agent run`: the optimiser from the command line (wired into core/cli.py by build_parser).
+"""`cuda-agent run` and `cuda-agent bench-search` (wired into core/cli.py by build_parser).
 
     cuda-agent run TASK --budget N --policy ppo|random|evolution --project FILE [--program P.json]
                    [--replay FILE ...] [--seconds S] [--episode K] [--seed N] [--device I]
@@ -38,6 +38,46 @@ def add_run_parser(sub: Any) -> None:
                    help="with --replay: do not count or penalise candidates missing from the record")
     p.add_argument("--device", type=int, default=0, help="GPU index when not replaying")
     p.set_defaults(func=cmd_run)
+
+
+def add_bench_search_parser(sub: Any) -> None:
+    p = sub.add_parser("bench-search", help="compare search policies on recorded projects (replay, no GPU)")
+    p.add_argument("records", nargs="+", help="recorded projects (.cuagent) to replay")
+    p.add_argument("--policies", nargs="+", default=["ppo", "evolution"], choices=("ppo", "random", "evolution"),
+                   help="policies to compare with random search (default: ppo evolution)")
+    p.add_argument("--seeds", type=int, default=5, help="trials per policy and record (default 5)")
+    p.add_argument("--budget", type=int, default=100, help="evaluations per trial (default 100)")
+    p.add_argument("--out", help="also write the Markdown table to this file")
+    p.set_defaults(func=cmd_bench_search)
+
+
+def cmd_bench_search(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from core.project import ProjectError
+
+    from .benchmark import compare, markdown
+
+    missing = [r for r in args.records if not Path(r).is_file()]
+    if missing:
+        return _fail(f"[red]no such project:[/red] {', '.join(missing)}")
+    if args.seeds < 1 or args.budget < 1:
+        return _fail("[red]--seeds and --budget must be at least 1[/red]")
+    policies = list(dict.fromkeys(["random", *args.policies]))
+    total = len(args.records) * len(policies) * args.seeds
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console) as progress:
+        bar = progress.add_task("trials", total=total)
+        try:
+            trials = compare(args.records, args.policies, args.seeds, args.budget,
+                             progress=lambda t: progress.update(bar, advance=1, description=f"{t.task} {t.policy}"))
+        except (ProjectError, ValueError) as exc:
+            return _fail(f"[red]bench-search:[/red] {exc}")
+    table = markdown(trials, args.budget)
+    console.print(table, soft_wrap=True, markup=False)
+    if args.out:
+        Path(args.out).write_text(table)
+    return EXIT_OK
 
 
 def _fail(message: str, code: int = EXIT_BAD_INPUT) -> int:
