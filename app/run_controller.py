@@ -24,9 +24,7 @@ from core.search.session import RunConfig, RunSetup, RunSetupError, open_run
 
 DRAIN_INTERVAL_MS = 33          # ~30 Hz
 HISTORY_AHEAD = 10 * 400        # events a history reader may queue ahead of the drain
-MAX_EVENTS_PER_DRAIN = 400     # bounds one tick's work (~200 candidates) when the loop outruns the screen
-MIN_EVENTS_PER_DRAIN = 40
-TICK_BUDGET_S = 0.012          # views' time per tick to aim for; the event limit adapts to it
+MAX_EVENTS_PER_DRAIN = 250     # bounds one tick's work (~125 candidates) when the loop outruns the screen
 
 
 class _RunWorker(QObject):
@@ -89,7 +87,6 @@ class RunController(QObject):
         self.setup: RunSetup | None = None
         self.state = "idle"
         self._reader: threading.Thread | None = None
-        self._drain_limit = MAX_EVENTS_PER_DRAIN
         self._timer = QTimer(self)
         self._timer.setInterval(DRAIN_INTERVAL_MS)
         self._timer.timeout.connect(self._drain)
@@ -216,8 +213,7 @@ class RunController(QObject):
     # ---- the 30 Hz drain -------------------------------------------------------------------------
 
     @Slot()
-    def _drain(self, limit: int | None = None) -> None:
-        limit = limit or self._drain_limit
+    def _drain(self, limit: int = MAX_EVENTS_PER_DRAIN) -> None:
         batch = []
         end: tuple | None = None
         while self._queue and len(batch) < limit:
@@ -231,9 +227,7 @@ class RunController(QObject):
             else:
                 batch.append(item)
         if batch:
-            started = time.perf_counter()
             self.events.emit(batch)
-            self._adapt(len(batch), time.perf_counter() - started)
         if end is None:
             return
         kind, value = end
@@ -247,15 +241,6 @@ class RunController(QObject):
             self.history_loaded.emit(value)
         else:
             self.failed.emit(f"the project could not be read: {value}")
-
-    def _adapt(self, count: int, seconds: float) -> None:
-        """Fit the next tick's events to TICK_BUDGET_S of view work: a slow machine (or a busy one)
-        takes fewer per tick and the stream lasts longer, instead of the window stuttering."""
-        if count < self._drain_limit // 2:
-            return                 # a partial batch says little about the per-event cost
-        per_event = seconds / count
-        fit = int(TICK_BUDGET_S / per_event) if per_event > 0 else MAX_EVENTS_PER_DRAIN
-        self._drain_limit = max(MIN_EVENTS_PER_DRAIN, min(MAX_EVENTS_PER_DRAIN, (self._drain_limit + fit) // 2))
 
     def pending(self) -> int:
         """Events waiting for the next drain (for tests and the status bar)."""
