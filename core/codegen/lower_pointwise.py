@@ -249,16 +249,23 @@ def _emit_body(graph: Graph, kernel: str, accesses: list[_Access], out_names: li
             raise CodegenError(f"Task '{graph.task}': the pointwise family cannot lower "
                                f"'{node.op}' here: {exc} is not supported.", task=graph.task,
                                ops=[node.op]) from exc
-        lines.append(f"    {ct} {cvar} = {expr};  // {node.op}")
-        rounded = round_to_storage(node.dtype, cvar)
-        if rounded != cvar:
-            lines.append(f"    {cvar} = {rounded};  // stored as {node.dtype} between ops, as eager does")
+        lines += assign_node(node, ct, cvar, expr, "    ")
         var[node.name] = (cvar, ct)
     for o, name in zip(graph.outputs, out_names):
         cvar, _ = var[o]
         lines.append(f"    r_{name} = {store_expr(values[o].dtype, cvar)};")
     lines.append("}\n")
     return "\n".join(lines) + "\n"
+
+
+def assign_node(node: Node, ct: str, cvar: str, expr: str, indent: str) -> list[str]:
+    """C lines computing one node into `cvar`, rounded to its dtype when that is fp16/bf16 (eager
+    stores every intermediate result in the op's dtype). Shared by every family's element code."""
+    lines = [f"{indent}{ct} {cvar} = {expr};  // {node.op}"]
+    rounded = round_to_storage(node.dtype, cvar)
+    if rounded != cvar:
+        lines.append(f"{indent}{cvar} = {rounded};  // stored as {node.dtype} between ops, as eager does")
+    return lines
 
 
 def _convert(operand: Any, ct: str, var: dict[str, tuple[str, str]]) -> str:

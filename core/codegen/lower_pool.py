@@ -42,7 +42,7 @@ from core.codegen.cuda_emit import COMPUTE_CTYPE, ITEMSIZE, PRELUDE, STORAGE_CTY
     round_to_storage, store_expr
 from core.codegen.errors import CodegenError
 from core.codegen.graph import Graph, GraphInput, Node, Ref
-from core.codegen.lower_pointwise import Lowering, _node_expr
+from core.codegen.lower_pointwise import Lowering, _node_expr, assign_node
 from core.codegen.pointwise_ops import LoweringError, is_pointwise
 from core.codegen.schedule import Knob, ScheduleSpec
 
@@ -772,10 +772,7 @@ def _emit_epilogue(graph: Graph, g: _Group, extra_c: list[str], out_c: list[str]
             raise CodegenError(f"Task '{graph.task}': the pooling family cannot lower the epilogue op "
                                f"'{node.op}' (node '{node.name}'): {exc} is not supported.",
                                task=graph.task, ops=[node.op]) from exc
-        lines.append(f"    {ct} v{i} = {expr};  // {node.op}")
-        rounded = round_to_storage(node.dtype, f"v{i}")
-        if rounded != f"v{i}":
-            lines.append(f"    v{i} = {rounded};  // stored as {node.dtype} between ops, as eager does")
+        lines += assign_node(node, ct, f"v{i}", expr, "    ")
         var[node.name] = (f"v{i}", ct)
     for o, c in zip(graph.outputs, out_c):
         cvar = var[g.alias[o]][0]

@@ -66,7 +66,7 @@ from core.codegen.errors import CodegenError
 from core.codegen.graph import Graph, GraphInput, Node, Ref
 # Private helpers of the pointwise family, imported rather than copied: one C expression per op
 # (with PyTorch's promotion rules for comparisons) and unique C identifiers.
-from core.codegen.lower_pointwise import Lowering, _cname, _node_expr
+from core.codegen.lower_pointwise import Lowering, _cname, _node_expr, assign_node
 from core.codegen.pointwise_ops import LoweringError, is_pointwise
 from core.codegen.schedule import Knob, ScheduleSpec
 
@@ -804,10 +804,7 @@ def _emit_chain(graph: Graph, nodes: list[Node], var: dict[str, tuple[str, str]]
         except LoweringError as exc:
             raise _error(graph, f"the reduce family cannot lower '{node.op}' (node '{node.name}'): {exc} is "
                                 f"not supported.", [node.op]) from exc
-        lines.append(f"{indent}{ct} {cvar} = {expr};  // {node.op}")
-        rounded = round_to_storage(node.dtype, cvar)
-        if rounded != cvar:
-            lines.append(f"{indent}{cvar} = {rounded};  // stored as {node.dtype} between ops, as eager does")
+        lines += assign_node(node, ct, cvar, expr, indent)
         var[node.name] = (cvar, ct)
     return lines
 

@@ -39,7 +39,7 @@ from core.codegen.cuda_emit import (COMPUTE_CTYPE, FLOAT_DTYPES, ITEMSIZE, PRELU
                                     load_expr, math_fn, round_to_storage, store_expr)
 from core.codegen.errors import CodegenError
 from core.codegen.graph import Graph, GraphInput, Node, Ref
-from core.codegen.lower_pointwise import Lowering, _cname, _node_expr
+from core.codegen.lower_pointwise import Lowering, _cname, _node_expr, assign_node
 from core.codegen.pointwise_ops import LoweringError, is_pointwise
 from core.codegen.schedule import Knob, ScheduleSpec
 
@@ -464,10 +464,7 @@ def _emit_chain(g: _Group, nodes: list[Node], var: dict[str, tuple[str, str]], l
         except LoweringError as exc:
             raise _fail(g.graph, f"the scan family cannot lower '{node.op}' here: {exc} is not "
                                  f"supported.", [node.op]) from exc
-        lines.append(f"    {ct} {cvar} = {expr};  // {node.op}")
-        rounded = round_to_storage(node.dtype, cvar)
-        if rounded != cvar:
-            lines.append(f"    {cvar} = {rounded};  // stored as {node.dtype} between ops, as eager does")
+        lines += assign_node(node, ct, cvar, expr, "    ")
         var[node.name] = (cvar, ct)
 
 
