@@ -670,17 +670,13 @@ class MainWindow(QMainWindow):
                                             "architecture (in a worker process; no GPU needed)")
 
     def _compile_pool(self) -> CompilePool:
-        with self._pool_lock:  # called from worker threads
+        with self._pool_lock:  # closeEvent shuts the pool down under this lock
             if self._closed:
                 raise RuntimeError("the window is closing")
             if self._pool is None:
                 self._pool = CompilePool(workers=1, timeout=COMPILE_TIMEOUT_S)
             return self._pool
 
-    def _compile(self, source: str, arch: str, options: list[str]) -> CompileResult:
-        # Runs in a worker thread: submit() loads NVRTC and reads the cache, the Future waits for
-        # the worker process.
-        return self._compile_pool().submit(source, arch=arch, options=options).result()
 
     def check_compile(self) -> None:
         loaded = self.program
@@ -696,7 +692,7 @@ class MainWindow(QMainWindow):
         self._busy(f"Compiling {program.name} for {arch}…")
         self.log(f"Compiling {program.name} for {arch} with NVRTC"
                  + (f" ({' '.join(options)})" if options else ""))
-        self.background.submit(self._compile, program.source, arch, options,
+        self.background.submit(_compile_in, self._compile_pool(), program.source, arch, options,
                                on_done=partial(self._compiled, token, loaded, arch))
 
     def _compiled(self, token: int, loaded: LoadedProgram, arch: str, outcome: Outcome) -> None:
@@ -784,3 +780,9 @@ class MainWindow(QMainWindow):
         if pool is not None:
             pool.close()  # kills the NVRTC worker processes
         super().closeEvent(event)
+
+
+def _compile_in(pool: CompilePool, source: str, arch: str, options: list[str]) -> CompileResult:
+    """Runs in a worker thread: submit() loads NVRTC and reads the cache, the Future waits for the
+    compile process. A plain function, so the worker holds no reference to the window."""
+    return pool.submit(source, arch=arch, options=options).result()

@@ -53,11 +53,36 @@ class _GrowingArray:
         return self._size
 
 
+class _Curve(pg.PlotDataItem):
+    """A curve whose auto-range bounds are those of all its data, not of what is drawn.
+
+    pyqtgraph measures a PlotDataItem by its displayed data, which clip-to-view and the auto
+    peak-downsampling derive from the view range; auto-range then sets the range from those bounds.
+    With streaming data the two chased each other: every paint changed the range, every range a
+    new downsampling, and the endless repaints starved every timer of the GUI thread (a
+    50,000-candidate stream never finished). Bounds of the full data do not depend on the view."""
+
+    def __init__(self, *args: object, **kwargs: object):
+        super().__init__(*args, **kwargs)
+        self._bounds: tuple[tuple[float | None, float | None], ...] = ((None, None), (None, None))
+
+    def set_full_data(self, x: np.ndarray, y: np.ndarray) -> None:
+        finite = y[np.isfinite(y)]
+        if len(x) and len(finite):
+            self._bounds = ((float(x[0]), float(x[-1])), (float(finite.min()), float(finite.max())))
+        else:
+            self._bounds = ((None, None), (None, None))
+        self.setData(x, y, skipFiniteCheck=True)
+
+    def dataBounds(self, ax: int, frac: float = 1.0, orthoRange: object = None):  # noqa: N802 (Qt naming)
+        return self._bounds[ax] if self.isVisible() else (None, None)
+
+
 @dataclass(eq=False)        # hashed by identity: the set of curves waiting to be drawn
 class _Branch:
-    raw_curve: pg.PlotDataItem
-    ema_curve: pg.PlotDataItem
-    speed_curve: pg.PlotDataItem
+    raw_curve: _Curve
+    ema_curve: _Curve
+    speed_curve: _Curve
     x: _GrowingArray = field(default_factory=_GrowingArray)
     reward: _GrowingArray = field(default_factory=_GrowingArray)
     ema: _GrowingArray = field(default_factory=_GrowingArray)
@@ -114,7 +139,13 @@ class RewardPlot(QWidget):
         self._speed_widget = _styled_plot("best speedup vs eager (×)")
         self._reward_plot = self._reward_widget.getPlotItem()
         self._speed_plot = self._speed_widget.getPlotItem()
-        self._speed_plot.setXLink(self._reward_plot)
+        # The speed panel follows the reward panel's x range one way. pyqtgraph's setXLink lines
+        # the views up through their screen geometry in both directions; with auto-range, axis
+        # relayouts and streaming data that fed back into an endless repaint that starved every
+        # timer (the event-loop drain included): a 50,000-candidate stream never finished.
+        self._speed_plot.enableAutoRange(x=False)
+        self._speed_plot.setMouseEnabled(x=False, y=True)
+        self._reward_plot.getViewBox().sigXRangeChanged.connect(self._follow_x)
         self._speed_plot.setLabel("bottom", "evaluation", color=TEXT_COLOR)
         self._reward_plot.setLabel("bottom", "evaluation", color=TEXT_COLOR)
         self._legend = self._reward_plot.addLegend(offset=(10, 10), labelTextColor=TEXT_COLOR,
@@ -216,10 +247,11 @@ class RewardPlot(QWidget):
             # The raw line is added first so the smoothed one is drawn over it; only the latter gets a legend entry.
             # Thin cosmetic pens and about one sample per pixel: the raster engine's cost grows with
             # line width and with drawn points, and a 50,000-point run repaints ~30 times a second.
-            raw = self._reward_plot.plot(pen=pg.mkPen(faint, width=1), skipFiniteCheck=True)
-            ema = self._reward_plot.plot(pen=pg.mkPen(color, width=1), name=name, skipFiniteCheck=True)
-            speed = self._speed_plot.plot(pen=pg.mkPen(color, width=1), stepMode="left", skipFiniteCheck=True)
-            for item in (raw, ema, speed):
+            raw = _Curve(pen=pg.mkPen(faint, width=1), skipFiniteCheck=True)
+            ema = _Curve(pen=pg.mkPen(color, width=1), name=name, skipFiniteCheck=True)
+            speed = _Curve(pen=pg.mkPen(color, width=1), stepMode="left", skipFiniteCheck=True)
+            for plot, item in ((self._reward_plot, raw), (self._reward_plot, ema), (self._speed_plot, speed)):
+                plot.addItem(item)       # takes the plot's clip-to-view and downsampling settings
                 item.opts["autoDownsampleFactor"] = DRAWN_SAMPLES_PER_PIXEL
             branch = _Branch(raw, ema, speed)
             self._branches[branch_id] = branch
@@ -253,8 +285,8 @@ class RewardPlot(QWidget):
 
     def _draw(self, branch: _Branch) -> None:
         x = branch.x.view()
-        branch.raw_curve.setData(x, branch.reward.view(), skipFiniteCheck=True)
-        branch.ema_curve.setData(x, branch.ema.view(), skipFiniteCheck=True)
+        branch.raw_curve.set_full_data(x, branch.reward.view())
+        branch.ema_curve.set_full_data(x, branch.ema.view())
         self._draw_speedup(branch)
 
     def _schedule_draw(self) -> None:
@@ -287,10 +319,15 @@ class RewardPlot(QWidget):
     def _draw_speedup(self, branch: _Branch) -> None:
         # Only the finite tail is drawn (best-so-far never becomes unknown again), so the finite check can be skipped.
         if self._eager_ms is None or branch.first_known is None:
-            branch.speed_curve.setData([], [])
+            branch.speed_curve.set_full_data(np.empty(0), np.empty(0))
             return
         start = branch.first_known
-        branch.speed_curve.setData(branch.x.view()[start:], branch.speedup.view()[start:], skipFiniteCheck=True)
+        branch.speed_curve.set_full_data(branch.x.view()[start:], branch.speedup.view()[start:])
+
+    def _follow_x(self, _view: object, x_range: tuple[float, float]) -> None:
+        current = self._speed_plot.getViewBox().viewRange()[0]
+        if abs(current[0] - x_range[0]) > 1e-9 or abs(current[1] - x_range[1]) > 1e-9:
+            self._speed_plot.setXRange(x_range[0], x_range[1], padding=0)
 
     def _update_speed_panel(self) -> None:
         shown = self._eager_ms is not None

@@ -4,9 +4,15 @@ DESIGN section 9: a lambda or plain function connected to a signal emitted in a 
 runs in that worker thread; only a @Slot method of a QObject living in the GUI thread is queued
 to the GUI thread. So every result travels through ResultBridge: the worker thread emits, the
 bridge's own @Slot runs in the GUI thread and calls the callback there.
+
+A worker thread must never hold the last reference to a Qt object either: when it drops it, the
+object is destroyed in that thread, and ~QObject (which takes a Qt lock, then asks for the GIL)
+deadlocks against the GUI thread (which holds the GIL and waits for that lock in connect()).
+So the callbacks, which hold the window, stay in the GUI thread: a worker sees only a token.
 """
 from __future__ import annotations
 
+import itertools
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -28,31 +34,41 @@ class Outcome:
 
 
 class ResultBridge(QObject):
-    """post(callback, value) from any thread -> callback(value) in the GUI thread."""
+    """register(callback) -> token in the GUI thread; post(token, value) from any thread ->
+    callback(value) in the GUI thread. post(token, None) drops the callback uncalled."""
 
-    _posted = Signal(object, object)
+    _posted = Signal(int, object)
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)  # created in the GUI thread, so it lives there
         self._closed = False
+        self._callbacks: dict[int, Callable[[Any], None]] = {}
+        self._tokens = itertools.count(1)
         self._posted.connect(self._deliver)
 
-    def post(self, callback: Callable[[Any], None], value: Any) -> None:
+    def register(self, callback: Callable[[Any], None]) -> int:
+        token = next(self._tokens)
+        self._callbacks[token] = callback
+        return token
+
+    def post(self, token: int, value: Any) -> None:
         if self._closed:
             return
         try:
-            self._posted.emit(callback, value)
+            self._posted.emit(token, value)
         except RuntimeError:  # the window was destroyed while a worker finished
             pass
 
-    @Slot(object, object)
-    def _deliver(self, callback: Callable[[Any], None], value: Any) -> None:
-        if not self._closed:
+    @Slot(int, object)
+    def _deliver(self, token: int, value: Any) -> None:
+        callback = self._callbacks.pop(token, None)
+        if callback is not None and value is not None and not self._closed:
             callback(value)
 
     def close(self) -> None:
-        """Drop every result posted from now on (the window is closing)."""
+        """Drop every result posted from now on (the window is closing), and the callbacks."""
         self._closed = True
+        self._callbacks.clear()
 
 
 class Background:
@@ -68,9 +84,13 @@ class Background:
 
     def submit(self, fn: Callable[..., Any], *args: Any, on_done: Callable[[Outcome], None],
                **kwargs: Any) -> Future:
+        """Run fn(*args, **kwargs) in a worker; on_done(Outcome) in the GUI thread. Call from the GUI
+        thread; fn and its arguments must not be Qt objects or hold any (see the module's note)."""
+        bridge = self.bridge
+        token = bridge.register(on_done)
         future = self._executor.submit(fn, *args, **kwargs)
         # This callback runs in the worker thread: it only emits, the bridge hops threads.
-        future.add_done_callback(lambda f: None if f.cancelled() else self.bridge.post(on_done, _outcome(f)))
+        future.add_done_callback(lambda f: bridge.post(token, None if f.cancelled() else _outcome(f)))
         return future
 
     def shutdown(self) -> None:
@@ -78,12 +98,16 @@ class Background:
         self.bridge.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
         bridge, executor = self.bridge, self._executor
+        _RETIRED.append(bridge)       # so the retiring thread never drops the wrapper's last reference
 
         def retire() -> None:
             executor.shutdown(wait=True)   # nothing can emit on the bridge after this
             bridge.deleteLater()           # thread-safe: the GUI thread deletes it
 
         threading.Thread(target=retire, name="cuda-agent-gui-retire", daemon=True).start()
+
+
+_RETIRED: list[ResultBridge] = []
 
 
 def _outcome(future: Future) -> Outcome:

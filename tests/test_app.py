@@ -343,12 +343,51 @@ def test_ten_thousand_emits_from_a_worker_thread_arrive_in_the_gui_thread(qtbot)
         received.append(value)
         threads.add(QThread.currentThread() is gui_thread)
 
-    worker = threading.Thread(target=lambda: [bridge.post(on_value, i) for i in range(10_000)])
+    tokens = [bridge.register(on_value) for _ in range(10_000)]
+    worker = threading.Thread(target=lambda: [bridge.post(t, i) for i, t in enumerate(tokens)])
     worker.start()
     worker.join()
     qtbot.waitUntil(lambda: len(received) == 10_000, timeout=60_000)
     assert received == list(range(10_000))
     assert threads == {True}
+
+
+def test_a_worker_never_drops_the_last_reference_to_a_qt_object(qtbot):
+    """A QObject whose only reference was a background job's callback is destroyed in the GUI
+    thread, not in the worker (where ~QObject deadlocked against the GUI thread's connect())."""
+    import time
+    import weakref
+
+    from PySide6.QtCore import QObject
+
+    from app.workers import Background
+
+    dropped_in: list[str] = []
+
+    class Holder(QObject):
+        def done(self, outcome) -> None:
+            pass
+
+        def __del__(self) -> None:
+            dropped_in.append(threading.current_thread().name)
+
+    parent = QObject()
+    background = Background(parent, workers=1)
+    holder = Holder()
+    alive = weakref.ref(holder)
+    started = threading.Event()
+
+    def job() -> int:
+        started.set()
+        time.sleep(0.2)
+        return 1
+
+    background.submit(job, on_done=holder.done)
+    started.wait(5)
+    del holder                     # the window went away while its job ran
+    qtbot.waitUntil(lambda: alive() is None, timeout=10_000)
+    assert dropped_in == [threading.main_thread().name]
+    background.shutdown()
 
 
 # ---- command line ------------------------------------------------------------------------------
@@ -390,7 +429,7 @@ def test_main_py_without_a_display_explains_instead_of_aborting():
 def test_main_py_launches_opens_a_task_and_quits(tmp_path):
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "XDG_CONFIG_HOME": str(tmp_path / "config"),
            "CUDA_AGENT_CACHE": str(tmp_path / "cache")}
-    done = subprocess.run([sys.executable, "main.py", str(TASKS / "act_gelu.py"), "--quit-after", "4"],
+    done = subprocess.run([sys.executable, "main.py", str(TASKS / "act_gelu.py"), "--quit-after", "10"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     ini = tmp_path / "config" / "CUDA Agent" / "cuda-agent.ini"

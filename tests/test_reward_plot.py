@@ -257,3 +257,39 @@ def test_curves_are_redrawn_at_most_every_redraw_interval(qtbot):
     plot.add_points([(1, 4, 0.8, None)])
     plot.flush()
     assert len(curve.xData) == 4
+
+
+def test_the_speed_panel_follows_the_reward_panel_and_the_view_settles(plot, qtbot):
+    """The two panels share the x range one way, and once data stops the view stops repainting
+    (a two-way link fed back into an endless repaint that starved the GUI's timers)."""
+    from PySide6.QtCore import QEvent, QObject
+
+    paints = [0]
+
+    class Counter(QObject):
+        def eventFilter(self, obj, event) -> bool:  # noqa: N802
+            paints[0] += event.type() == QEvent.Type.Paint
+            return False
+
+    counter = Counter()
+    for widget in (plot._reward_widget.viewport(), plot._speed_widget.viewport()):
+        widget.installEventFilter(counter)
+    plot.set_eager_ms(1.0)
+    rng = np.random.default_rng(1)
+    n = 0
+    for _ in range(60):          # three branches; the third has no time for its first 900 points
+        batch = []
+        for _ in range(125):
+            n += 1
+            branch = 1 + n % 3
+            batch.append((branch, n, float(rng.normal()),
+                          None if branch == 3 and n < 900 else float(rng.uniform(0.2, 2.0))))
+        plot.add_points(batch)
+        qtbot.wait(5)
+    qtbot.wait(600)              # the last redraw, then layout
+    reward_x = plot._reward_plot.getViewBox().viewRange()[0]
+    speed_x = plot._speed_plot.getViewBox().viewRange()[0]
+    assert reward_x == pytest.approx(speed_x) and reward_x[1] >= n
+    before = paints[0]
+    qtbot.wait(500)
+    assert paints[0] == before
