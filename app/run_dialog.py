@@ -18,8 +18,8 @@ from app.export_dialog import PROJECT_FILTER
 from core.search.session import POLICIES, RunConfig, default_program
 
 POOLS = {"gpu": "This machine's GPU", "replay": "Replay recorded projects (no GPU)"}
-POLICY_NAMES = {"ppo": "PPO (learns from every evaluation)", "random": "Random search",
-                "evolution": "Evolution"}
+POLICY_NAMES = {"ppo": "PPO, pretrained (keeps learning from every evaluation)",
+                "ppo-untrained": "PPO, untrained", "random": "Random search", "evolution": "Evolution"}
 KEY = "run/"
 
 

@@ -1,4 +1,5 @@
-"""Headless entry point: `cuda-agent evaluate | baseline | run | inspect | export | doctor`.
+"""Headless entry point: `cuda-agent evaluate | baseline | run | bench | bench-search | train | inspect | export |
+doctor`.
 
 Exit codes: 0 success, 1 the candidate was not accepted, 2 bad input (file, format), 3 this
 machine cannot do it (no GPU, no NVRTC).
@@ -353,10 +354,12 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--force", action="store_true", help="replace files that already exist there")
     x.set_defaults(func=cmd_export)
 
-    from core.search.cli import add_bench_search_parser, add_run_parser
+    from core.search.cli import add_bench_parser, add_bench_search_parser, add_run_parser, add_train_parser
 
     add_run_parser(sub)
+    add_bench_parser(sub)
     add_bench_search_parser(sub)
+    add_train_parser(sub)
 
     d = sub.add_parser("doctor", help="say what this machine has and what will work")
     d.set_defaults(func=cmd_doctor)

@@ -7,9 +7,9 @@ import random
 import pytest
 
 from core.evaluation.results import Status
-from core.search.features import feature_size
+from core.search.features import ACTION_SIZE, STATE_SIZE, action_features, feature_size, state_vector
 from core.search.policies import SearchState, Transition, make_policy
-from core.search.policies.ppo import PPOConfig, PPOPolicy, gae
+from core.search.policies.ppo import PPOConfig, PPOPolicy, gae, load_weights
 from core.search.replay import NOT_RECORDED, ReplayPool
 from core.search.reward import RewardConfig, RewardTracker
 from core.search.space import Action, Knob, ScheduleSpace
@@ -50,18 +50,19 @@ def test_constraints_are_pluggable():
 @pytest.mark.parametrize("name", ["random", "evolution", "ppo"])
 def test_no_masked_action_is_ever_chosen(name):
     space = ScheduleSpace([Knob(f"K{i}", (1, 2, 3, 4)) for i in range(3)])
-    n = 6
-    policy = make_policy(name, space, n, seed=1)
+    policy = make_policy("ppo-untrained" if name == "ppo" else name, space, seed=1)
     rng = random.Random(3)
     schedule = space.default()
     for i in range(1000):
         mask = [rng.random() < 0.2 for _ in space.actions]
         if not any(mask):
             mask[rng.randrange(len(mask))] = True
-        state = SearchState(schedule, [rng.random() for _ in range(n)], last_status="measured", last_ms=1.0)
+        state = SearchState(schedule, [rng.random() for _ in range(STATE_SIZE)], last_status="measured", last_ms=1.0,
+                            actions=action_features(space, schedule))
         a = policy.propose(state, mask, rng)
         assert mask[a], (i, a)
-        nxt = SearchState(space.apply(schedule, a), state.features, last_status="measured", last_ms=rng.random())
+        nxt = SearchState(space.apply(schedule, a), state.features, last_status="measured", last_ms=rng.random(),
+                          actions=state.actions)
         policy.observe(Transition(state, a, rng.random(), nxt, i % 4 == 3))
         if i % 50 == 49:
             policy.update()
@@ -74,27 +75,57 @@ def test_gae_on_a_known_problem():
     assert adv == pytest.approx([1.0, 0.5, 1.5])
 
 
-def test_ppo_learns_a_bandit():
+def _bandit_state(arms: int, features: list[float]) -> SearchState:
+    """Arms told apart only by their action features (one-hot in the first slots)."""
+    actions = [[1.0 if j == i else 0.0 for j in range(ACTION_SIZE)] for i in range(arms)]
+    return SearchState({}, features, actions=actions)
+
+
+def test_ppo_learns_a_bandit(tmp_path):
     arms, best = 8, 5
-    policy = PPOPolicy(4, arms, seed=0, config=PPOConfig(lr=1e-2, min_batch=32, entropy_coef=0.0))
+    policy = PPOPolicy(4, ACTION_SIZE, seed=0, config=PPOConfig(lr=1e-2, min_batch=32, entropy_coef=0.0))
     rng = random.Random(0)
-    features = [1.0, 0.0, 0.5, -0.5]
+    state = _bandit_state(arms, [1.0, 0.0, 0.5, -0.5])
     mask = [True] * arms
     mask[2] = False
-    state = SearchState({}, features)
     for _ in range(40):
         for _ in range(32):
             a = policy.propose(state, mask, rng)
             r = (1.0 if a == best else 0.0) + rng.gauss(0, 0.1)
             policy.observe(Transition(state, a, r, state, True))
         assert policy.update() is not None
-    probs = policy.probabilities(features, mask)
+    probs = policy.probabilities(state, mask)
     assert probs[best] > 0.8, probs
     assert probs[2] == 0.0
-    # a checkpoint round-trips through JSON-able data
-    other = PPOPolicy(4, arms, seed=9)
+    # a checkpoint round-trips through JSON-able data, and through a file
+    other = PPOPolicy(4, ACTION_SIZE, seed=9)
     other.load_state_dict(policy.state_dict())
-    assert other.probabilities(features, mask) == pytest.approx(probs)
+    assert other.probabilities(state, mask) == pytest.approx(probs)
+    policy.save(tmp_path / "w.json")
+    assert load_weights(tmp_path / "w.json").probabilities(state, mask) == pytest.approx(probs)
+    with pytest.raises(ValueError, match="state"):
+        PPOPolicy(5, ACTION_SIZE).load_state_dict(policy.state_dict())
+
+
+def test_ppo_scores_any_number_of_actions_with_the_same_weights():
+    """What it learned about an action's features carries to a space with more or fewer actions."""
+    policy = PPOPolicy(4, ACTION_SIZE, seed=0, config=PPOConfig(lr=1e-2, min_batch=32, entropy_coef=0.0))
+    rng = random.Random(1)
+    for _ in range(40):
+        for _ in range(32):
+            arms = rng.choice([3, 6, 9])       # the rewarded arm is the one whose feature 0 is set
+            state = _bandit_state(arms, [0.0] * 4)
+            a = policy.propose(state, [True] * arms, rng)
+            policy.observe(Transition(state, a, 1.0 if a == 0 else 0.0, state, True))
+        policy.update()
+    for arms in (2, 5, 12):                    # sizes never seen in training
+        assert policy.probabilities(_bandit_state(arms, [0.0] * 4), [True] * arms)[0] > 0.7
+
+
+def test_ppo_without_action_features_is_a_clear_error():
+    policy = PPOPolicy(4, ACTION_SIZE)
+    with pytest.raises(ValueError, match="one feature vector per action"):
+        policy.propose(SearchState({}, [0.0] * 4), [True, True], random.Random(0))
 
 
 def test_reward_formula():
@@ -124,6 +155,30 @@ def test_replay_pool_answers_from_the_record(tmp_path):
     assert pool.baselines().eager.median_ms == pytest.approx(1.2)
 
 
-def test_feature_vector_size_is_stable(task):
-    space = ScheduleSpace.from_program(search_program(), task)
-    assert feature_size(space, task) == feature_size(space, task, {"sms": 10}) > len(space.actions)
+def test_features_have_one_size_for_every_space(task):
+    small = ScheduleSpace.from_program(search_program(), task)
+    big = ScheduleSpace([Knob("G0_BLOCK", (256, 128)), Knob("G0_VEC", (1, 4)), Knob("G1_ROW_MODE", (0, 1)),
+                         Knob("G1_BLOCK", (256, 512, 1024))])
+    for space in (small, big):
+        schedule = space.default()
+        state = state_vector(space, task, {"sms": 10}, schedule, "measured", None, 1.0, 2, 8)
+        assert len(state) == STATE_SIZE == feature_size(space, task)
+        rows = action_features(space, schedule)
+        assert len(rows) == len(space.actions) and {len(r) for r in rows} == {ACTION_SIZE}
+    # the same knob name gives the same name features whatever its group; the group slot differs
+    rows = action_features(big, big.default())
+    block0, block1 = rows[0], rows[next(i for i, a in enumerate(big.actions) if a.knob == "G1_BLOCK")]
+    assert block0[:16] == block1[:16] and block0[16:18] != block1[16:18]
+
+
+def test_make_policy_names_and_weights(tmp_path):
+    space = ScheduleSpace([Knob("BLOCK", (1, 2))])
+    assert make_policy("ppo-untrained", space).trained_on == []
+    trained = PPOPolicy(STATE_SIZE, ACTION_SIZE, seed=3)
+    trained.meta = {"trained_on": ["a", "b"]}
+    trained.save(tmp_path / "p.json")
+    assert make_policy("ppo", space, weights=tmp_path / "p.json").trained_on == ["a", "b"]
+    with pytest.raises(FileNotFoundError):
+        make_policy("ppo", space, weights=tmp_path / "missing.json")
+    with pytest.raises(ValueError, match="unknown policy"):
+        make_policy("greedy", space)

@@ -34,15 +34,47 @@ class Trial:
     best_known_ms: float
 
 
+def generator_constraints(task: Any, program: Any) -> list[Any]:
+    """The generator's constraints when the recorded program is what the generator makes today
+    (a record of a hand-written program has none beyond the plan's own limits)."""
+    key = (task.hash, program.content_hash())
+    if key not in _CONSTRAINTS:
+        try:
+            from core.codegen import generate
+
+            generated = generate(task)
+        except Exception:     # no lowering for this task (any more): the plan's limits still apply
+            generated = None
+        same = (generated is not None and generated.program.tunables == program.tunables
+                and generated.program.with_schedule(program.schedule).content_hash() == program.content_hash())
+        _CONSTRAINTS[key] = generated.space_constraints if same else []
+    return _CONSTRAINTS[key]
+
+
+_CONSTRAINTS: dict[tuple[str, str], list[Any]] = {}     # generating is slow; trials repeat records
+
+
 def run_trial(record: str | Path, policy: str, seed: int, budget: int,
-              target_fraction: float = TARGET_FRACTION) -> Trial:
+              target_fraction: float = TARGET_FRACTION, weights: str | Path | None = None) -> Trial:
+    from .policies import make_policy
+
+    def build(space: Any) -> Any:
+        return make_policy(policy, space, seed=seed, weights=weights if policy == "ppo" else None)
+
+    return search_record(record, build, policy, seed, budget, "skip", target_fraction=target_fraction)
+
+
+def search_record(record: str | Path, build_policy: Callable[[Any], Any], label: str, seed: int, budget: int,
+                  unrecorded: str, target_fraction: float = TARGET_FRACTION, max_idle_episodes: int = 50) -> Trial:
+    """Run the optimiser on a replay of one record from the record's first candidate (the default
+    schedule where the recorded search started), with build_policy(space) as the policy, in a
+    throw-away project; the Trial notes when a candidate first came within target_fraction of the
+    record's best time."""
     from core.program import KernelProgram
     from core.project import Project
 
     from .events import CandidateEvaluated
-    from .features import feature_size
     from .optimizer import Budget, Optimizer
-    from .policies import make_policy
     from .replay import ReplayPool
     from .space import ScheduleSpace
 
@@ -52,8 +84,7 @@ def run_trial(record: str | Path, policy: str, seed: int, budget: int,
         if not best:
             raise ValueError(f"{record} has no measured candidate to aim at")
         best_known = best[0].median_ms
-        first = next(source.candidates(limit=1))      # where the recorded search started: its default
-        program = KernelProgram.from_json(first.program)
+        program = KernelProgram.from_json(next(source.candidates(limit=1)).program)
         hardware = source.hardware
     pool = ReplayPool.from_files([record])
     reached: list[int] = []
@@ -66,14 +97,14 @@ def run_trial(record: str | Path, policy: str, seed: int, budget: int,
     with tempfile.TemporaryDirectory() as folder:
         project = Project.create(Path(folder) / "trial.cuagent", task, hardware)
         try:
-            space = ScheduleSpace.from_program(program, task)
-            chosen = make_policy(policy, space, feature_size(space, task, hardware), seed=seed)
-            opt = Optimizer(task, program, pool, project, chosen, Budget(evaluations=budget), [watch],
-                            seed=seed, space=space, unrecorded="skip")
+            space = ScheduleSpace.from_program(program, task, constraints=generator_constraints(task, program))
+            opt = Optimizer(task, program, pool, project, build_policy(space), Budget(evaluations=budget), [watch],
+                            seed=seed, space=space, unrecorded=unrecorded, resume=False,
+                            max_idle_episodes=max_idle_episodes)
             summary = opt.run()
         finally:
             project.close()
-    return Trial(str(record), task.name, policy, seed, reached[0] if reached else None, summary.evaluations,
+    return Trial(str(record), task.name, label, seed, reached[0] if reached else None, summary.evaluations,
                  summary.best_ms, best_known)
 
 
@@ -90,30 +121,55 @@ def score(policy_median: float, random_median: float) -> float | None:
 
 
 def compare(records: list[str | Path], policies: list[str], seeds: int, budget: int,
-            progress: Callable[[Trial], None] | None = None) -> list[Trial]:
+            progress: Callable[[Trial], None] | None = None, weights: str | Path | None = None) -> list[Trial]:
+    """Every policy (random always, first) on every record with seeds 0..seeds-1; `weights` are the
+    PPO weights "ppo" starts from (default: the shipped ones)."""
     trials = []
     for record in records:
         for policy in dict.fromkeys(["random", *policies]):      # random first: the scale's zero
             for seed in range(seeds):
-                trial = run_trial(record, policy, seed, budget)
+                trial = run_trial(record, policy, seed, budget, weights=weights)
                 trials.append(trial)
                 if progress:
                     progress(trial)
     return trials
 
 
-def markdown(trials: list[Trial], budget: int) -> str:
+def overall(trials: list[Trial], budget: int) -> dict[str, float]:
+    """Per policy, the median evaluations-to-target over every (record, seed) trial."""
+    return {p: median_to_target([t for t in trials if t.policy == p], budget)
+            for p in dict.fromkeys(t.policy for t in trials)}
+
+
+def markdown(trials: list[Trial], budget: int, trained_on: Iterable[str] = ()) -> str:
+    """The per-record table, a row over all trials, and the ratios the RL issue asks about.
+    Tasks in `trained_on` (the PPO weights learned from their records) are marked with *."""
+    trained = set(trained_on)
     policies = list(dict.fromkeys(t.policy for t in trials))
     lines = ["| task | " + " | ".join(f"{p}: median evals to 97 %" for p in policies) + " | "
              + " | ".join(f"{p} score" for p in policies if p != "random") + " |",
              "|---|" + "---|" * (len(policies) * 2 - 1)]
+
+    def row(name: str, medians: dict[str, float]) -> str:
+        scores = [score(medians[p], medians["random"]) for p in policies if p != "random"]
+        return (f"| {name} | " + " | ".join(f"{medians[p]:g}" for p in policies) + " | "
+                + " | ".join("-" if s is None else f"{s:.2f}" for s in scores) + " |")
+
     for record in dict.fromkeys(t.record for t in trials):
         mine = [t for t in trials if t.record == record]
-        medians = {p: median_to_target([t for t in mine if t.policy == p], budget) for p in policies}
-        scores = [score(medians[p], medians["random"]) for p in policies if p != "random"]
-        lines.append(f"| {mine[0].task} | " + " | ".join(f"{medians[p]:g}" for p in policies) + " | "
-                     + " | ".join("-" if s is None else f"{s:.2f}" for s in scores) + " |")
+        name = mine[0].task + (" *" if mine[0].task in trained else "")
+        lines.append(row(name, {p: median_to_target([t for t in mine if t.policy == p], budget) for p in policies}))
+    everything = overall(trials, budget)
+    if len({t.record for t in trials}) > 1:
+        lines.append(row("**all trials**", everything))
     lines.append("")
     lines.append(f"Evaluations until a candidate runs within {TARGET_FRACTION:.0%} of the record's best time "
                  f"(a trial that never gets there counts as {budget + 1}); score 0 = random search, 1 = optimum.")
+    if trained:
+        lines.append("* = the PPO weights were trained on this task's record (not held out).")
+    if "ppo" in everything and "random" in everything and everything["random"] > 0:
+        lines.append(f"Median over all trials: ppo needs {everything['ppo'] / everything['random']:.0%} of random "
+                     f"search's evaluations" + (f", and {everything['ppo-untrained'] / everything['ppo']:.2f}x fewer "
+                                                f"than untrained PPO" if everything.get("ppo") and
+                                                "ppo-untrained" in everything else "") + ".")
     return "\n".join(lines) + "\n"

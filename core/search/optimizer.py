@@ -24,7 +24,7 @@ from core.project import CandidateRecord
 
 from .events import (CandidateEvaluated, CandidateProposed, Finished, Forked, NewBest, Paused, PolicyUpdated,
                      Resumed, RunError, RunStarted)
-from .features import state_vector
+from .features import action_features, state_vector
 from .policies.base import Policy, SearchState, Transition
 from .replay import NOT_RECORDED
 from .reward import RewardConfig, RewardTracker
@@ -64,8 +64,8 @@ class Optimizer:
                  reward: RewardConfig | None = None, unrecorded: str = "penalise",
                  space: ScheduleSpace | None = None, gpu: dict[str, Any] | None = None,
                  max_idle_episodes: int = 50, resume: bool = True, compile_ahead: int = 0):
-        if unrecorded not in ("penalise", "skip"):
-            raise ValueError("unrecorded must be 'penalise' or 'skip'")
+        if unrecorded not in ("penalise", "skip", "mask"):
+            raise ValueError("unrecorded must be 'penalise', 'skip' or 'mask'")
         self.task, self.program, self.pool, self.project, self.policy = task, program, pool, project, policy
         self.budget = budget
         self.observers = list(observers)
@@ -74,6 +74,8 @@ class Optimizer:
         self.rng = random.Random(seed)
         self.rng_ahead = random.Random(seed + 1)   # separate, so compile-ahead never changes the search
         self.reward_config = reward or RewardConfig()
+        # A replay pool's answer to a schedule it never measured: "penalise" (a rejection, counted),
+        # "skip" (not counted, not learned from) or "mask" (never proposed: training on a record).
         self.unrecorded = unrecorded
         self.space = space or ScheduleSpace.from_program(program, task)
         self.gpu = gpu or (project.hardware if project is not None else None)
@@ -263,8 +265,9 @@ class Optimizer:
 
     def _state(self, schedule: dict[str, int], step: int, status: str | None, measurement: dict | None,
                median: float | None) -> SearchState:
-        features = state_vector(self.space, self.task, self.gpu, schedule, status, measurement, self._eager_ms)
-        return SearchState(dict(schedule), features, step, status, median)
+        features = state_vector(self.space, self.task, self.gpu, schedule, status, measurement, self._eager_ms,
+                                step, self.episode_length)
+        return SearchState(dict(schedule), features, step, status, median, action_features(self.space, schedule))
 
     def _episode(self, start: _Start, started: float) -> str:
         """One episode of edits; returns a budget reason, "forked", "idle" (nothing new) or "done"."""
@@ -299,6 +302,8 @@ class Optimizer:
             if self._pending_fork is not None:
                 return "forked"
             mask = self.space.mask(schedule)
+            if self.unrecorded == "mask":      # training on a record: only edits it can answer
+                mask = [ok and self._recorded(self.space.apply(schedule, i)) for i, ok in enumerate(mask)]
             if not any(mask):
                 break
             action = self.policy.propose(state, mask, self.rng)
@@ -320,13 +325,17 @@ class Optimizer:
             if median is not None:         # a correct edit moves the episode; a failed one is undone
                 schedule, parent_id, prev_ms = next_schedule, rec.id, median
             next_state = self._state(schedule, step + 1, rec.status, rec.measurement, median)
-            if counted or self.unrecorded == "penalise" or rec.reason != NOT_RECORDED:
+            if counted or rec.reason != NOT_RECORDED:
                 self.policy.observe(Transition(state, action, r, next_state, done, {"candidate_id": rec.id}))
                 self.steps += 1
                 if self.steps % self.update_every == 0:
                     self._learn()
             state = next_state
         return "done" if new else "idle"
+
+    def _recorded(self, schedule: dict[str, int]) -> bool:
+        h = self.program.with_schedule(schedule).content_hash()
+        return h in self.pool or h in self._by_hash
 
     def _note_best(self, rec: CandidateRecord) -> None:
         median = rec.median_ms if rec.status == "measured" else None
@@ -349,7 +358,7 @@ class Optimizer:
         self._emit(CandidateProposed(rec.id, branch_id, parent_id, label, dict(candidate.schedule), step))
         self._compile_neighbours(candidate.schedule)
         result = self.pool.evaluate(candidate)
-        counted = not (result.reason == NOT_RECORDED and self.unrecorded == "skip")
+        counted = not (result.reason == NOT_RECORDED and self.unrecorded != "penalise")
         if counted:
             self.evaluations += 1
         else:

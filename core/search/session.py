@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from .policies.base import POLICY_NAMES as POLICIES  # no torch: cheap at import
+
 PROGRAMS = Path(__file__).resolve().parents[2] / "resources" / "programs"
-POLICIES = ("ppo", "random", "evolution")
 EXIT_BAD_INPUT, EXIT_UNAVAILABLE = 2, 3     # same codes as core/cli.py
 
 
@@ -35,6 +36,7 @@ class RunConfig:
     replay: list[str | Path] = field(default_factory=list)   # recorded projects: no GPU needed
     skip_unrecorded: bool = False
     device: int = 0
+    weights: str | Path | None = None       # PPO weights to start from (default: the shipped pretrained ones)
 
 
 @dataclass
@@ -53,6 +55,18 @@ class RunSetup:
                 close()
         finally:
             self.project.close()
+
+
+def _policy_note(config: RunConfig, policy: Any) -> str:
+    if config.policy == "ppo-untrained":
+        return "PPO starts from untrained weights"
+    if config.policy != "ppo":
+        return f"policy: {config.policy}"
+    trained_on = getattr(policy, "trained_on", [])
+    if not trained_on:
+        return "PPO starts untrained (no pretrained weights are installed)"
+    source = config.weights or "the shipped pretrained weights"
+    return f"PPO starts from {source} (trained on {len(trained_on)} recorded tasks); it keeps learning in this run"
 
 
 def default_program(task_name: str) -> Path:
@@ -94,7 +108,12 @@ def open_run(config: RunConfig, observers: list[Callable[[Any], None]] | None = 
         setup.pool, setup.notes = _pool(config, task, project, starting)
         setup.notes.insert(0, program_note)
         space = ScheduleSpace.from_program(program, task, constraints=constraints)
-        policy = make_policy(config.policy, space, feature_size(space, task, project.hardware), seed=config.seed)
+        try:
+            policy = make_policy(config.policy, space, feature_size(space, task, project.hardware), seed=config.seed,
+                                 weights=config.weights)
+        except (OSError, ValueError) as exc:
+            raise RunSetupError(f"policy error: {exc}") from None
+        setup.notes.append(_policy_note(config, policy))
         setup.optimizer = Optimizer(task, program, setup.pool, project, policy, Budget(config.budget, config.seconds),
                                     observers=observers or [], episode_length=config.episode, seed=config.seed,
                                     space=space, unrecorded="skip" if config.skip_unrecorded else "penalise")

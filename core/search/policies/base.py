@@ -3,7 +3,12 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+# The PPO weights shipped with the product (trained by `cuda-agent train`; docs/search.md says on what).
+PRETRAINED_PPO = Path(__file__).resolve().parents[3] / "resources" / "policies" / "ppo.json"
+POLICY_NAMES = ("ppo", "ppo-untrained", "random", "evolution")
 
 
 @dataclass
@@ -15,6 +20,7 @@ class SearchState:
     step: int = 0                      # edit index within the episode
     last_status: str | None = None
     last_ms: float | None = None
+    actions: list[list[float]] | None = None   # one feature vector per entry of space.actions
 
 
 @dataclass
@@ -57,15 +63,27 @@ def allowed(mask: list[bool]) -> list[int]:
     return indices
 
 
-def make_policy(name: str, space: Any, n_features: int, seed: int = 0, **kwargs: Any) -> Policy:
-    """A policy by name ("random", "evolution" or "ppo") for a ScheduleSpace and feature size."""
+def make_policy(name: str, space: Any = None, n_features: int | None = None, seed: int = 0,
+                weights: str | Path | None = None, **kwargs: Any) -> Policy:
+    """A policy by name for a ScheduleSpace: "random", "evolution", "ppo" (the shipped pretrained
+    weights, or `weights`, when there are any) or "ppo-untrained" (fresh weights)."""
     if name == "random":
         from .random import RandomPolicy
         return RandomPolicy()
     if name == "evolution":
         from .evolution import EvolutionPolicy
-        return EvolutionPolicy(actions=space.actions, **kwargs)
-    if name == "ppo":
-        from .ppo import PPOPolicy
-        return PPOPolicy(n_features, len(space.actions), seed=seed, **kwargs)
-    raise ValueError(f"unknown policy '{name}'; choose random, evolution or ppo")
+        return EvolutionPolicy(actions=space.actions if space is not None else None, **kwargs)
+    if name in ("ppo", "ppo-untrained"):
+        from ..features import ACTION_SIZE, STATE_SIZE
+        from .ppo import PPOPolicy, load_weights
+
+        path = Path(weights) if weights is not None else PRETRAINED_PPO if name == "ppo" else None
+        if path is not None and path.is_file():
+            policy = load_weights(path, seed=seed, config=kwargs.get("config"))
+        elif weights is not None:
+            raise FileNotFoundError(f"policy weights '{weights}' do not exist")
+        else:
+            policy = PPOPolicy(STATE_SIZE, ACTION_SIZE, seed=seed, **kwargs)
+        policy.name = "ppo"        # one checkpoint line in a project, whichever weights it started from
+        return policy
+    raise ValueError(f"unknown policy '{name}'; choose one of {', '.join(POLICY_NAMES)}")

@@ -1,21 +1,30 @@
-"""Masked PPO: a small actor-critic MLP, generalised advantage estimation, clipped objective.
+"""Masked PPO over any schedule space: a small actor-critic, GAE, the clipped objective.
 
-propose() samples from softmax(logits) with masked actions at -inf and remembers the state,
-mask, log-probability and value; observe() attaches the reward; update() runs a few epochs of
-the clipped PPO loss over everything gathered since the last update, then forgets it (on-policy).
+The actor scores each action from (state, action features) with shared weights
+(core/search/features.py), so one network serves every task and program whatever its knobs:
+this is what lets a policy trained on some tasks be shipped and fine-tuned on another.
+
+propose() samples from the softmax of the scores with masked actions at -inf and remembers the
+state, action features, mask, log-probability and value; observe() attaches the reward;
+update() runs a few epochs of the clipped PPO loss over everything gathered since the last
+update, then forgets it (on-policy).
 """
 from __future__ import annotations
 
 import base64
 import io
+import json
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
 from .base import Policy, SearchState, Transition, allowed
+
+FORMAT = "cuda-agent-ppo/3"       # checkpoints of other network layouts cannot load here
 
 
 @dataclass
@@ -25,8 +34,8 @@ class PPOConfig:
     gamma: float = 0.9
     lam: float = 0.95
     clip: float = 0.2
-    epochs: int = 4
-    minibatch: int = 64
+    epochs: int = 10               # a run gives few samples: more passes over each (tuned on replays, docs/search.md)
+    minibatch: int = 16
     value_coef: float = 0.5
     entropy_coef: float = 0.01
     max_grad_norm: float = 0.5
@@ -34,15 +43,28 @@ class PPOConfig:
 
 
 class ActorCritic(nn.Module):
-    def __init__(self, n_features: int, n_actions: int, hidden: int):
+    """Each action is embedded from its features; the mean embedding over the space's actions
+    (they carry the current value of every knob) joins the state, so the critic and the scorer
+    see the whole current schedule whatever its knobs. score(action) = MLP([h, embedding]);
+    value = linear(h)."""
+
+    def __init__(self, state_size: int, action_size: int, hidden: int):
         super().__init__()
-        self.body = nn.Sequential(nn.Linear(n_features, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh())
-        self.actor = nn.Linear(hidden, n_actions)
+        self.embed = nn.Sequential(nn.Linear(action_size, hidden), nn.Tanh())
+        self.body = nn.Sequential(nn.Linear(state_size + hidden, hidden), nn.Tanh(), nn.Linear(hidden, hidden),
+                                  nn.Tanh())
+        self.scorer = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.Tanh(), nn.Linear(hidden, 1))
         self.critic = nn.Linear(hidden, 1)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.distributions.Categorical, torch.Tensor]:
-        h = self.body(x)
-        logits = self.actor(h).masked_fill(~mask, float("-inf"))
+    def forward(self, x: torch.Tensor, actions: torch.Tensor, mask: torch.Tensor,
+                present: torch.Tensor | None = None) -> tuple[torch.distributions.Categorical, torch.Tensor]:
+        """x [B, S], actions [B, N, A], mask [B, N] (True = allowed), present [B, N] (False = padding)."""
+        e = self.embed(actions)
+        weight = (present if present is not None else torch.ones_like(mask)).unsqueeze(-1).float()
+        context = (e * weight).sum(1) / weight.sum(1).clamp_min(1.0)
+        h = self.body(torch.cat([x, context], dim=-1))
+        pairs = torch.cat([h.unsqueeze(1).expand(-1, actions.shape[1], -1), e], dim=-1)
+        logits = self.scorer(pairs).squeeze(-1).masked_fill(~mask, float("-inf"))
         return torch.distributions.Categorical(logits=logits), self.critic(h).squeeze(-1)
 
 
@@ -63,31 +85,37 @@ def gae(rewards: list[float], values: list[float], dones: list[bool], gamma: flo
 class PPOPolicy(Policy):
     name = "ppo"
 
-    def __init__(self, n_features: int, n_actions: int, seed: int = 0, config: PPOConfig | None = None):
+    def __init__(self, state_size: int, action_size: int, seed: int = 0, config: PPOConfig | None = None):
         self.config = config or PPOConfig()
-        self.n_features, self.n_actions = n_features, n_actions
+        self.state_size, self.action_size = state_size, action_size
         torch.manual_seed(seed)
-        self.net = ActorCritic(n_features, n_actions, self.config.hidden)
+        self.net = ActorCritic(state_size, action_size, self.config.hidden)
         self.optim = torch.optim.Adam(self.net.parameters(), lr=self.config.lr)
         self.updates = 0
+        self.meta: dict[str, Any] = {}                   # how the weights were trained (cuda-agent train)
         self._pending: dict[str, Any] | None = None     # the proposal waiting for its reward
         self._buffer: list[dict[str, Any]] = []
 
-    def _tensors(self, features: list[float], mask: list[bool]) -> tuple[torch.Tensor, torch.Tensor]:
-        return torch.tensor(features, dtype=torch.float32), torch.tensor(mask, dtype=torch.bool)
+    def _tensors(self, state: SearchState, mask: list[bool]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if state.actions is None or len(state.actions) != len(mask):
+            raise ValueError(f"PPO needs one feature vector per action: the state has "
+                             f"{0 if state.actions is None else len(state.actions)} for {len(mask)} actions")
+        return (torch.tensor(state.features, dtype=torch.float32),
+                torch.tensor(state.actions, dtype=torch.float32).reshape(len(mask), self.action_size),
+                torch.tensor(mask, dtype=torch.bool))
 
     def propose(self, state: SearchState, mask: list[bool], rng: random.Random) -> int:
         allowed(mask)
-        x, m = self._tensors(state.features, mask)
+        x, acts, m = self._tensors(state, mask)
         with torch.no_grad():
-            dist, value = self.net(x, m)
+            dist, value = self.net(x[None], acts[None], m[None])
             # Sample with the caller's rng so runs are reproducible independent of torch's global state.
-            probs = dist.probs.tolist()
-            action = rng.choices(range(self.n_actions), weights=probs)[0]
+            probs = dist.probs[0].tolist()
+            action = rng.choices(range(len(mask)), weights=probs)[0]
             if not mask[action]:          # zero-probability pick by float rounding: never allowed
                 action = max(allowed(mask), key=lambda i: probs[i])
-            logp = float(dist.log_prob(torch.tensor(action)))
-        self._pending = {"x": x, "mask": m, "action": action, "logp": logp, "value": float(value)}
+            logp = float(dist.log_prob(torch.tensor([action]))[0])
+        self._pending = {"x": x, "acts": acts, "mask": m, "action": action, "logp": logp, "value": float(value[0])}
         return action
 
     def observe(self, transition: Transition) -> None:
@@ -105,8 +133,16 @@ class PPOPolicy(Policy):
         batch, self._buffer = self._buffer, []
         adv, ret = gae([b["reward"] for b in batch], [b["value"] for b in batch], [b["done"] for b in batch],
                        c.gamma, c.lam)
+        # Spaces differ in size: pad every step's actions to the largest, padding masked.
+        width = max(len(b["mask"]) for b in batch)
         x = torch.stack([b["x"] for b in batch])
-        m = torch.stack([b["mask"] for b in batch])
+        acts = torch.zeros(len(batch), width, self.action_size)
+        m = torch.zeros(len(batch), width, dtype=torch.bool)
+        present = torch.zeros(len(batch), width, dtype=torch.bool)
+        for i, b in enumerate(batch):
+            acts[i, :len(b["mask"])] = b["acts"]
+            m[i, :len(b["mask"])] = b["mask"]
+            present[i, :len(b["mask"])] = True
         a = torch.tensor([b["action"] for b in batch])
         old_logp = torch.tensor([b["logp"] for b in batch])
         adv_t = torch.tensor(adv, dtype=torch.float32)
@@ -119,7 +155,7 @@ class PPOPolicy(Policy):
             order = torch.randperm(len(batch))
             for start in range(0, len(batch), c.minibatch):
                 idx = order[start:start + c.minibatch]
-                dist, value = self.net(x[idx], m[idx])
+                dist, value = self.net(x[idx], acts[idx], m[idx], present[idx])
                 ratio = torch.exp(dist.log_prob(a[idx]) - old_logp[idx])
                 clipped = torch.clamp(ratio, 1 - c.clip, 1 + c.clip)
                 policy_loss = -torch.min(ratio * adv_t[idx], clipped * adv_t[idx]).mean()
@@ -137,26 +173,56 @@ class PPOPolicy(Policy):
         self.updates += 1
         return {k: v / n for k, v in stats.items()} | {"transitions": float(len(batch))}
 
-    def probabilities(self, features: list[float], mask: list[bool]) -> list[float]:
+    def probabilities(self, state: SearchState, mask: list[bool]) -> list[float]:
+        x, acts, m = self._tensors(state, mask)
         with torch.no_grad():
-            dist, _ = self.net(*self._tensors(features, mask))
-        return dist.probs.tolist()
+            dist, _ = self.net(x[None], acts[None], m[None])
+        return dist.probs[0].tolist()
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-able (weights as base64 of torch.save), so a checkpoint never needs pickle."""
         buf = io.BytesIO()
         torch.save({"net": self.net.state_dict(), "optim": self.optim.state_dict()}, buf)
-        return {"config": asdict(self.config), "n_features": self.n_features, "n_actions": self.n_actions,
-                "updates": self.updates, "weights": base64.b64encode(buf.getvalue()).decode("ascii")}
+        return {"format": FORMAT, "config": asdict(self.config), "state_size": self.state_size,
+                "action_size": self.action_size, "updates": self.updates, "meta": self.meta,
+                "weights": base64.b64encode(buf.getvalue()).decode("ascii")}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("n_features") != self.n_features or state.get("n_actions") != self.n_actions:
-            raise ValueError(f"checkpoint is for {state.get('n_features')} features and {state.get('n_actions')} "
-                             f"actions; this policy has {self.n_features} and {self.n_actions}")
+        if state.get("format") != FORMAT:
+            raise ValueError(f"not a {FORMAT} checkpoint (format {state.get('format')!r})")
+        if state.get("state_size") != self.state_size or state.get("action_size") != self.action_size:
+            raise ValueError(f"checkpoint is for {state.get('state_size')} state and {state.get('action_size')} "
+                             f"action features; this policy has {self.state_size} and {self.action_size}")
+        hidden = (state.get("config") or {}).get("hidden", self.config.hidden)
+        if hidden != self.config.hidden:     # the network's width comes with the weights
+            self.config.hidden = hidden
+            self.net = ActorCritic(self.state_size, self.action_size, hidden)
+            self.optim = torch.optim.Adam(self.net.parameters(), lr=self.config.lr)
         weights = torch.load(io.BytesIO(base64.b64decode(state["weights"])), weights_only=True)
         self.net.load_state_dict(weights["net"])
         self.optim.load_state_dict(weights["optim"])
+        for group in self.optim.param_groups:     # this run's learning rate, not the trainer's
+            group["lr"] = self.config.lr
         self.updates = int(state.get("updates", 0))
+        self.meta = dict(state.get("meta") or {})
+
+    @property
+    def trained_on(self) -> list[str]:
+        """The tasks whose records the weights were trained on (empty for fresh weights)."""
+        return list(self.meta.get("trained_on") or [])
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.state_dict()))
+
+
+def load_weights(path: str | Path, seed: int = 0, config: PPOConfig | None = None) -> PPOPolicy:
+    """A PPOPolicy with the weights of a file written by PPOPolicy.save (e.g. by `cuda-agent train`)."""
+    state = json.loads(Path(path).read_text())
+    known = {f.name for f in fields(PPOConfig)}
+    config = config or PPOConfig(**{k: v for k, v in (state.get("config") or {}).items() if k in known})
+    policy = PPOPolicy(int(state.get("state_size", 0)), int(state.get("action_size", 0)), seed=seed, config=config)
+    policy.load_state_dict(state)
+    return policy
 
 
 def _masked_entropy(dist: torch.distributions.Categorical, mask: torch.Tensor) -> torch.Tensor:

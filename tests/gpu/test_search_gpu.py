@@ -1,0 +1,50 @@
+"""GPU test of the RL issue: a short real run of the optimiser on two example tasks, through the
+same open_run as `cuda-agent run` (generated program, GPU evaluator, PPO), then a replay of the
+run's own project that answers every candidate from the record.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from core.project import Project
+from core.search.session import RunConfig, open_run
+
+pytestmark = pytest.mark.gpu
+
+ROOT = Path(__file__).resolve().parents[2]
+TASKS = ROOT / "resources" / "tasks"
+BUDGET = 12
+
+
+@pytest.mark.parametrize("name", ["act_gelu", "red_sum_dim1"])
+def test_a_short_real_run(name, tmp_path, tmp_cache):
+    project_path = tmp_path / f"{name}.cuagent"
+    setup = open_run(RunConfig(task=TASKS / f"{name}.py", project=project_path, policy="ppo", budget=BUDGET,
+                               program=None, seed=1))
+    try:
+        summary = setup.optimizer.run()
+    finally:
+        setup.close()
+    assert summary.evaluations == BUDGET and summary.reason == "evaluations"
+    with Project.open(project_path, readonly=True) as project:
+        counts = project.counts_by_status()
+        assert counts.get("measured", 0) >= BUDGET // 2, counts        # generated schedules are legal
+        assert not counts.get("wrong") and not counts.get("crashed"), counts
+        best = project.best(1)[0]
+        first = next(project.candidates(limit=1))
+        assert best.median_ms <= first.median_ms                        # the default is the first candidate
+        assert project.baseline_keys()                                  # eager and compile were stored
+        eager = project.baselines(project.baseline_keys()[0]).eager.median_ms
+        print(f"\n{name}: {counts}, default {first.median_ms * 1e3:.1f} us, best {best.median_ms * 1e3:.1f} us, "
+              f"eager {eager * 1e3:.1f} us")
+
+    # The run's own record answers a replay of the same search: no GPU work, no misses.
+    replay = open_run(RunConfig(task=TASKS / f"{name}.py", project=tmp_path / "replay.cuagent", policy="random",
+                                budget=4, replay=[project_path], skip_unrecorded=True, seed=2))
+    try:
+        replay.optimizer.run()
+        assert replay.pool.baselines() is not None
+    finally:
+        replay.close()
