@@ -110,3 +110,17 @@ def test_close_ends_every_process():
     workers = [sup.runner, *sup.spares, sup.judge]
     sup.close()
     assert not any(w.alive() for w in workers)
+
+
+def test_ctrl_c_in_the_terminal_does_not_reach_the_workers(supervisor):
+    """SIGINT goes to the whole process group; the workers ignore it, so the parent alone decides
+    what Ctrl-C means and the measurement in flight is not turned into a crash."""
+    import os
+    import signal
+
+    workers = [supervisor.runner, *supervisor.spares, supervisor.judge]
+    for w in workers:
+        os.kill(w.proc.pid, signal.SIGINT)
+    time.sleep(0.5)
+    assert all(w.alive() for w in workers)
+    assert supervisor.evaluate(program("ok")).status is Status.MEASURED

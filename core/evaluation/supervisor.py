@@ -10,6 +10,7 @@ candidates tend to come in runs, so a second failure soon after the first still 
 from __future__ import annotations
 
 import multiprocessing as mp
+import signal
 import threading
 import time
 from collections import deque
@@ -45,15 +46,34 @@ class SupervisorSettings:
     timing_sets: int = 2
 
 
+_HAS_SIGMASK = hasattr(signal, "pthread_sigmask")
+
+
+def _without_sigint(target, *args) -> None:
+    """A worker's entry point: Ctrl-C in the terminal reaches the whole process group, but only the
+    parent decides what it means (stop after the candidate in flight); a worker that died of it
+    would turn the measurement in flight into a crash."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    target(*args)
+
+
 class Worker:
     """One spawned process and its pipe."""
 
     def __init__(self, ctx, role: str, target, args: tuple):
         self.role = role
         self.conn, child = ctx.Pipe(duplex=True)
-        self.proc = ctx.Process(target=target, args=(child, *args), daemon=True, name=f"cuda-agent-{role}")
+        self.proc = ctx.Process(target=_without_sigint, args=(target, child, *args), daemon=True,
+                                name=f"cuda-agent-{role}")
         self.started = time.monotonic()
-        self.proc.start()
+        # Started with SIGINT blocked (the child inherits the mask), so a Ctrl-C during its start-up,
+        # before _without_sigint runs, does not kill it either.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if _HAS_SIGMASK else None
+        try:
+            self.proc.start()
+        finally:
+            if blocked is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         child.close()
         self.ready: P.Ready | None = None
         self.pending = 0              # replies still owed for requests sent without waiting
