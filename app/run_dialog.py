@@ -15,11 +15,13 @@ from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QDoubleSpin
                                QHBoxLayout, QLabel, QLineEdit, QPushButton, QSpinBox, QVBoxLayout, QWidget)
 
 from app.export_dialog import PROJECT_FILTER
+from core.search.policies import PRETRAINED_PPO
 from core.search.session import POLICIES, RunConfig, default_program
 
 POOLS = {"gpu": "This machine's GPU", "replay": "Replay recorded projects (no GPU)"}
 POLICY_NAMES = {"ppo": "PPO, pretrained (keeps learning from every evaluation)",
                 "ppo-untrained": "PPO, untrained", "random": "Random search", "evolution": "Evolution"}
+NO_PRETRAINED = "PPO (no pretrained weights installed: starts untrained)"
 KEY = "run/"
 
 
@@ -65,7 +67,10 @@ class RunDialog(QDialog):
 
         self.policy_combo = QComboBox()
         for key in POLICIES:
-            self.policy_combo.addItem(POLICY_NAMES.get(key, key), key)
+            label = POLICY_NAMES.get(key, key)
+            if key == "ppo" and not PRETRAINED_PPO.is_file():
+                label = NO_PRETRAINED
+            self.policy_combo.addItem(label, key)
         self.policy_combo.setCurrentIndex(max(0, self.policy_combo.findData(settings.value(KEY + "policy", "ppo",
                                                                                             type=str))))
         form.addRow("Policy:", self.policy_combo)

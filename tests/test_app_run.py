@@ -207,3 +207,26 @@ def test_ptx_on_demand_for_the_selected_candidate(qtbot, make_window, tmp_path, 
                     timeout=WAIT_MS)
     text = page.ptx_view.toPlainText()
     assert ".visible .entry gelu_f32" in text and ".target sm_90" in text, page.ptx_note.text()
+
+
+def test_the_run_dialog_offers_every_policy_and_says_when_ppo_has_no_pretrained_weights(qtbot, tmp_path,
+                                                                                       monkeypatch):
+    from PySide6.QtCore import QSettings
+
+    import app.run_dialog as run_dialog
+    from core.search.session import POLICIES
+
+    settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
+    for installed in (False, True):
+        weights = tmp_path / ("ppo.json" if installed else "missing.json")
+        if installed:
+            weights.write_text("{}")
+        monkeypatch.setattr(run_dialog, "PRETRAINED_PPO", weights)
+        dialog = run_dialog.RunDialog(TASK_PATH, "act_gelu", settings, "no GPU here")
+        qtbot.addWidget(dialog)
+        combo = dialog.policy_combo
+        assert [combo.itemData(i) for i in range(combo.count())] == list(POLICIES)
+        label = combo.itemText(combo.findData("ppo"))
+        assert (label == run_dialog.NO_PRETRAINED) is not installed
+        combo.setCurrentIndex(combo.findData("ppo-untrained"))
+        assert dialog.config().policy == "ppo-untrained"
