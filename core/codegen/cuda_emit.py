@@ -75,21 +75,86 @@ CA_HD unsigned short f2h(float f) {
 }
 CA_HD float bf2f(unsigned short h) { return ca_u2f(((unsigned)h) << 16); }
 CA_HD unsigned short f2bf(float f) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    // One hardware conversion (F2FP.BF16) instead of the ~6 bit operations below.
+    unsigned short h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
+#else
     unsigned u = ca_f2u(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40);  // NaN stays NaN
     u += 0x7fffu + ((u >> 16) & 1u);                                                  // round to nearest even
     return (unsigned short)(u >> 16);
+#endif
 }
 // Round an fp32 value to fp16 / bf16 precision (what eager PyTorch stores between ops).
 CA_HD float round_f16(float f) { return h2f(f2h(f)); }
 CA_HD float round_bf16(float f) { return bf2f(f2bf(f)); }
 // NaN-propagating min/max/clamp, as torch.maximum / torch.clamp do.
-CA_HD float nan_max(float a, float b) { return (a != a || b != b) ? ca_i2f(0x7fffffff) : fmaxf(a, b); }
-CA_HD float nan_min(float a, float b) { return (a != a || b != b) ? ca_i2f(0x7fffffff) : fminf(a, b); }
+// sm_80+ has them in one instruction (max.NaN: FMNMX.NAN) instead of a NaN test, a select and a max.
+CA_HD float nan_max(float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float r; asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+#else
+    return (a != a || b != b) ? ca_i2f(0x7fffffff) : fmaxf(a, b);
+#endif
+}
+CA_HD float nan_min(float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+#else
+    return (a != a || b != b) ? ca_i2f(0x7fffffff) : fminf(a, b);
+#endif
+}
 CA_HD double nan_max(double a, double b) { return (a != a || b != b) ? ca_ll2d(0x7fffffffffffffffLL) : fmax(a, b); }
 CA_HD double nan_min(double a, double b) { return (a != a || b != b) ? ca_ll2d(0x7fffffffffffffffLL) : fmin(a, b); }
 template <typename T> CA_HD T nan_max(T a, T b) { return a > b ? a : b; }
 template <typename T> CA_HD T nan_min(T a, T b) { return a < b ? a : b; }
+// Fast approximations, used only for values that are rounded to fp16/bf16 (8 or 11 significant bits)
+// right after: one MUFU instruction each on the GPU. The host build (CPU tests) computes them exactly,
+// times CA_APPROX_ERR(kind), which a test may define to apply the GPU's error bound.
+#ifndef CA_APPROX_ERR
+#define CA_APPROX_ERR(kind) 1.0f
+#endif
+// ex2.approx.ftz: relative error about 2^-22, results below 2^-126 flush to 0 (|error| < 1.2e-38).
+CA_HD float ca_exp_fast(float x) {
+#ifdef __CUDA_ARCH__
+    float r; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x * 1.4426950408889634f)); return r;
+#else
+    return expf(x) * CA_APPROX_ERR(0);
+#endif
+}
+// rcp.approx.ftz: relative error about 2^-23; 1/x for |x| > 2^126 flushes to 0, so callers pass
+// x >= 1 (sigmoid denominators), where that only loses values below 1.2e-38.
+CA_HD float ca_rcp_fast(float x) {
+#ifdef __CUDA_ARCH__
+    float r; asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x)); return r;
+#else
+    return 1.0f / x * CA_APPROX_ERR(1);
+#endif
+}
+// tanh.approx (sm_75+): relative error below 2^-10.9 (about one fp16 ulp, an eighth of a bf16 ulp).
+CA_HD float ca_tanh_fast(float x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
+    float r; asm("tanh.approx.f32 %0, %1;" : "=f"(r) : "f"(x)); return r;
+#else
+    return tanhf(x) * CA_APPROX_ERR(2);
+#endif
+}
+// The standard normal CDF 0.5 * (1 + erf(x / sqrt(2))) for fp16/bf16 results: Abramowitz & Stegun
+// 7.1.26 (|erf error| <= 1.5e-7) on the fast exp/rcp, about 13 instructions instead of erff's ~25.
+// NaN gives NaN; +inf gives 1, -inf gives 0.
+CA_HD float ca_phi_fast(float x) {
+    const float t = ca_rcp_fast(1.0f + 0.2316418883f * fabsf(x));   // 1 / (1 + p |x| / sqrt(2))
+    // 0.5 * (a1 t + a2 t^2 + ... + a5 t^5): half of erfc(|x| / sqrt(2)) before its exp(-x^2 / 2) factor.
+    const float p = t * (0.127414796f + t * (-0.142248368f + t * (0.7107068705f + t * (-0.7265760135f +
+                    t * 0.5307027145f))));
+#ifdef __CUDA_ARCH__
+    float e; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * (x * -0.7213475204444817f)));  // exp(-x^2/2)
+#else
+    const float e = expf(-0.5f * x * x) * CA_APPROX_ERR(0);
+#endif
+    const float h = p * e;                            // 0.5 * erfc(|x| / sqrt(2))
+    return x >= 0.0f ? 1.0f - h : h;                  // x NaN: h is NaN
+}
 // N elements of T in one aligned access (16 bytes at most: one LDG.128 / STG.128).
 template <typename T, int N> struct alignas(sizeof(T) * N) vec_t { T v[N]; };
 template <int A> CA_HD bool aligned_to(const void* p) {

@@ -3,11 +3,14 @@ group with its family, merge the groups into one multi-kernel KernelProgram.
 
 Families: pointwise (elementwise chains with broadcasting), rowreduce (softmax / log-softmax or a
 lone sum, mean, amax, amin over the last dim), reduce (any reduction over any dims with a
-pointwise prologue and epilogue), scan (cumsum / cumprod with flips and pointwise ops around
-them), pool (max / avg pooling with a pointwise epilogue). partition.py forms the groups; a
-family that refuses a group's prologue or epilogue is retried without it (those ops then run in
-a pointwise group). A graph with an op that no family lowers raises CodegenError naming the
-first such op and the task.
+pointwise prologue and epilogue), rownorm (reductions over the same rows with the elementwise
+ops that use their results on the rows again, one kernel: norms, logsumexp, row distances,
+softmax over any dim), scan (cumsum / cumprod with flips and pointwise ops around them), pool
+(max / avg pooling with a pointwise epilogue). partition.py forms the groups; a family that
+refuses a group's prologue or epilogue is retried without it (those ops then run in a pointwise
+group); a refused row group is retried with its reductions unfused, on the graph canonicalised
+without the row rewrites (the reduce + pointwise path). A graph with an op that no family lowers
+raises CodegenError naming the first such op and the task.
 
 Merging: a graph of one group is the family's program as it is (its knob names, kernel name,
 buffers). With several groups, group i's knobs become `G{i}_<knob>` in tunables, schedule,
@@ -112,11 +115,12 @@ def _unsupported_error(graph: Graph, bad: list[Node]) -> CodegenError:
 _FALLBACKS = [(True, True), (True, False), (False, True), (False, False)]
 
 
-def _lower_all(canon: Graph) -> tuple[Partition, list[Any], list[str]]:
+def _lower_all(canon: Graph, graph: Graph) -> tuple[Partition, list[Any], list[str]]:
     options: dict[str, tuple[bool, bool]] = {}
+    unfused: set[str] = set()
     notes: list[str] = []
     while True:
-        part = partition(canon, options)
+        part = partition(canon, options, rows=True, unfused=unfused)
         single = len(part.groups) == 1
         lowered = []
         retry = False
@@ -125,6 +129,15 @@ def _lower_all(canon: Graph) -> tuple[Partition, list[Any], list[str]]:
             try:
                 lowering = _lower_group(g, kernel)
             except CodegenError as exc:
+                if g.family == "rownorm":
+                    # The split path: each reduction its own group, the elementwise ops after them
+                    # in pointwise groups (or reduce epilogues), without the rewrites made for rows.
+                    unfused |= set(g.anchors)
+                    canon = canonicalize(graph)
+                    notes.append(f"the rownorm family refused the row group of {', '.join(map(repr, g.anchors))} "
+                                 f"({exc}); its reductions and the ops after them run as separate kernels")
+                    retry = True
+                    break
                 if g.anchor is None:
                     raise
                 fam = FAMILIES[anchor_family(canon.value(g.anchor), canon)]
@@ -385,7 +398,8 @@ def merge(part: Partition, lowered: list[Any], task: str) -> tuple[dict[str, Any
         "launches": launches,
         "outputs": [outputs_of[decl_of[o].value] for o in part.outputs],
     }
-    spec = ScheduleSpec(knobs, constraints) if single else MergedScheduleSpec(knobs, constraints, spec_parts)
+    spec = (ScheduleSpec(knobs, constraints, defaults=schedule) if single else
+            MergedScheduleSpec(knobs, constraints, defaults=schedule, parts=spec_parts))
     return program, spec, notes
 
 
@@ -418,11 +432,11 @@ def _wrap_source(source: str, g: Group, knobs: list[str]) -> str:
 def generate_from_graph(graph: Graph) -> GeneratedProgram:
     from core.program import KernelProgram
 
-    canon = canonicalize(graph)
+    canon = canonicalize(graph, rows=True)
     bad = unsupported_nodes(canon)
     if bad:
         raise _unsupported_error(graph, bad)
-    part, lowered, fallbacks = _lower_all(canon)
+    part, lowered, fallbacks = _lower_all(canon, graph)
     data, spec, notes = merge(part, lowered, graph.task)
     notes += fallbacks
     program = KernelProgram.from_json(data)

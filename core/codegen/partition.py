@@ -28,6 +28,14 @@ contiguous memory. A view keeps the flat order, so it has its source's layout; a
 each operand's broadcast dims into the space. A value whose layout cannot be expressed that way
 (or that two consumers read in different layouts) becomes a root and is materialised.
 
+Row groups (partition(..., rows=True), as generate() asks): reductions over the same rows
+(lower_rownorm.row_signature) join one draft when one's operand can be computed from the other's
+results and inputs, and a root of the rows' full size computed from their results joins it too
+(the normalised x of a norm). Its space is the reductions' operand shape, split where a value's
+layout needs it; per-row values have that shape with the reduced dims set to 1 (see
+_Planner.rows_space). The lowering of a row group may refuse it; generate.py then retries with
+its reductions unfused, which gives the reduce + pointwise groups described above.
+
 Each group becomes a sub-Graph whose inputs are what it reads (each with the shape it reads it
 as: its layout), whose nodes are the inlined ops (shapes = layouts), the anchor and the epilogue,
 and whose outputs are the values it must write. generate.py lowers the groups and merges them.
@@ -45,6 +53,7 @@ from typing import Any, Callable
 from core.codegen.errors import CodegenError
 from core.codegen.graph import Graph, GraphInput, Node, Ref
 from core.codegen.lower_rowreduce import SOFTMAXES, is_rowreduce
+from core.codegen.lower_rownorm import row_signature, rows_fit
 from core.codegen.pointwise_ops import CONSTANT_OPS, is_pointwise
 
 Shape = tuple[int, ...]
@@ -69,6 +78,9 @@ FAMILIES: dict[str, Family] = {
     "rowreduce": Family("rowreduce", "core.codegen.lower_rowreduce", "is_rowreduce", "lower_rowreduce",
                         False, False),
     "pointwise": Family("pointwise", "core.codegen.lower_pointwise", None, "lower_pointwise", False, False),
+    # Row groups are not anchored on an op of their own: reduce anchors over the same rows join one
+    # (see _Planner.join_rows), with the elementwise ops that combine their results with the rows.
+    "rownorm": Family("rownorm", "core.codegen.lower_rownorm", None, "lower_rownorm", True, True),
 }
 ANCHOR_ORDER = ("reduce", "scan", "pool")
 _MODULES: dict[str, ModuleType | None] = {}
@@ -269,12 +281,13 @@ class Group:
     reads: list[Read]
     prologue: list[str] = field(default_factory=list)   # ops computed before the anchor (node names)
     epilogue: list[str] = field(default_factory=list)   # ops after it; a pointwise group's ops
+    anchors: list[str] = field(default_factory=list)    # every anchor of a row group (the first is `anchor`)
 
     def describe(self) -> str:
         if self.anchor is None:
             parts = [f"pointwise, {len(self.epilogue)} ops"]
         else:
-            parts = [f"{self.family}({self.anchor})"]
+            parts = [f"{self.family}({', '.join(self.anchors or [self.anchor])})"]
             if self.prologue:
                 parts.append(f"prologue {len(self.prologue)} ops")
             if self.epilogue:
@@ -333,16 +346,23 @@ class _Builder:
         return self.add(name, "_to_copy.default", [src], {"dtype": dtype, **_TO_COPY}, shape, dtype)
 
 
-def canonicalize(graph: Graph) -> Graph:
+def canonicalize(graph: Graph, rows: bool = False) -> Graph:
     """The graph with composite forms rewritten into ops the families lower, dead nodes removed
     and every forward output made a distinct computed value (copies where forward returns an input
-    or the same value twice)."""
+    or the same value twice).
+
+    rows: also the rewrites that let row groups form (generate() asks for them): a last-dim softmax
+    whose result a reduction reads is split into its reductions, and a sum or mean over every dim
+    of values computed from row statistics reduces the rows first (_two_level)."""
     b = _Builder(graph)
     split: set[str] = set()              # var_mean nodes split into var + mean (their getitems' names)
+    feeding = _softmaxes_feeding_reductions(graph) if rows else set()
     for n in graph.nodes:
         n = Node(n.name, n.op, list(n.operands), dict(n.attrs), n.shape, n.dtype)
-        if n.base in SOFTMAXES and not is_rowreduce(n, b.view) and n.dtype in _COMPUTE:
+        if n.base in SOFTMAXES and (n.name in feeding or not is_rowreduce(n, b.view)) and n.dtype in _COMPUTE:
             _split_softmax(b, n)
+        elif rows and _two_level(b, n):
+            pass
         elif n.op == "var_mean.correction" and not _is_anchor_of("reduce", n, b.view):
             split.add(n.name)
         elif n.op == "getitem" and n.operands[0].name in split:
@@ -402,6 +422,82 @@ def _split_softmax(b: _Builder, n: Node) -> None:
         b.add(last, "sub.Tensor", [s, lz], {"alpha": 1}, full, ct)
     if last != n.name:
         b.to_copy(n.name, Ref(last), n.dtype, full)
+
+
+def _softmaxes_feeding_reductions(graph: Graph) -> set[str]:
+    """Last-dim softmaxes (row family) whose result a reduction reads through elementwise ops, over
+    rows a row group takes: split, their max and sum join the row group of that reduction (the KL
+    divergence of two log-softmaxes) instead of writing the whole softmax for it to read."""
+    consumers: dict[str, list[Node]] = {}
+    for n in graph.nodes:
+        for o in n.operands:
+            if isinstance(o, Ref):
+                consumers.setdefault(o.name, []).append(n)
+    found = set()
+    for n in graph.nodes:
+        if n.base not in SOFTMAXES or n.dtype not in _COMPUTE or not is_rowreduce(n, graph):
+            continue
+        src = graph.value(n.operands[0].name)
+        if not rows_fit(tuple(src.shape), (len(src.shape) - 1,)):
+            continue
+        todo, seen = [n.name], set()
+        while todo:
+            v = todo.pop()
+            for c in consumers.get(v, []):
+                if c.name in seen:
+                    continue
+                seen.add(c.name)
+                if _is_anchor_of("reduce", c, graph):
+                    found.add(n.name)
+                elif is_pointwise(c) or is_view(c, graph):
+                    todo.append(c.name)
+    return found
+
+
+_TOTALS = ("sum.dim_IntList", "sum.default", "mean.dim", "mean.default")
+
+
+def _two_level(b: _Builder, n: Node) -> bool:
+    """A sum or mean over every dim of values computed from row statistics (a KL divergence, a mean
+    of row-wise losses) becomes the same reduction of the rows' own sums or means: the row
+    reduction joins the row group that computes the statistics, which then writes one value per
+    row instead of a full-size intermediate. Returns False (nothing added) when it does not apply."""
+    if n.op not in _TOTALS or n.attrs.get("dtype") is not None or n.attrs.get("keepdim") or \
+            not n.operands or not isinstance(n.operands[0], Ref):
+        return False
+    x = b.view.value(n.operands[0].name)
+    shape = tuple(x.shape)
+    dims = n.attrs.get("dim")
+    if dims not in (None, []) and {d % len(shape) for d in dims} != set(range(len(shape))):
+        return False
+    if x.dtype not in ("float32", "float16", "bfloat16") or x.dtype != n.dtype:
+        return False
+    sig = None
+    todo, seen = [x.name], set()
+    while todo and sig is None:
+        v = b.view.value(todo.pop())
+        if v.name in seen or not isinstance(v, Node):
+            continue
+        seen.add(v.name)
+        src = b.view.value(v.operands[0].name) if v.op == "getitem" else v
+        if isinstance(src, Node) and _is_anchor_of("reduce", src, b.view):
+            found = row_signature(src, b.view)
+            if found is not None and found[0] == shape:
+                sig = found
+        elif is_pointwise(v) or is_view(v, b.view):
+            todo += [o.name for o in v.operands if isinstance(o, Ref)]
+    if sig is None:
+        return False
+    red = list(sig[1])
+    kept = tuple(s for k, s in enumerate(shape) if k not in red)
+    per_row = "mean.dim" if n.base == "mean" else "sum.dim_IntList"
+    y = b.add(b.fresh(f"{n.name}_rows"), per_row, [Ref(x.name)], {"dim": red, "keepdim": False, "dtype": None},
+              kept, n.dtype)
+    attrs = dict(n.attrs)
+    if "dim" in attrs:
+        attrs["dim"] = [] if n.base == "sum" else list(range(len(kept)))
+    b.add(n.name, n.op, [y], attrs, n.shape, n.dtype)     # the mean of equal rows' means is the mean
+    return True
 
 
 def _split_repeat(b: _Builder, n: Node) -> None:
@@ -478,11 +574,16 @@ class _Draft:
     roots: list[str] = field(default_factory=list)       # materialised values it computes besides results
     leaves: set[str] = field(default_factory=set)        # values it reads
     deps: set[int] = field(default_factory=set)
-    space: Shape | None = None                           # pointwise group index space
+    space: Shape | None = None                           # pointwise or row group index space
+    anchors: list[str] = field(default_factory=list)     # a row group's anchors (reduce drafts: the anchor)
+    operands: dict[str, str] = field(default_factory=dict)  # anchor -> its operand value
+    sig: tuple | None = None                             # rows the anchors reduce (lower_rownorm.row_signature)
+    reduced: tuple[bool, ...] | None = None              # a row group: which dims of `space` are reduced
 
 
 class _Planner:
-    def __init__(self, graph: Graph, options: dict[str, tuple[bool, bool]], forced: set[str]):
+    def __init__(self, graph: Graph, options: dict[str, tuple[bool, bool]], forced: set[str],
+                 rows: bool = False, unfused: set[str] | frozenset[str] = frozenset()):
         self.g = graph
         self.options = options
         self.forced = forced
@@ -504,6 +605,14 @@ class _Planner:
         self.roots = {b for b in self.out_base if b not in self.result_of} | forced
         self.owner: dict[str, int] = {}                  # materialised value -> its group
         self.drafts: list[_Draft] = []
+        # Reduce anchors that may form row groups: their rows (None: they never do).
+        self.sig: dict[str, tuple] = {}
+        if rows:
+            for a, fam in self.family.items():
+                if fam == "reduce" and a not in unfused and a not in options:
+                    sig = row_signature(self.values[a], graph)
+                    if sig is not None:
+                        self.sig[a] = sig
 
     def shape(self, name: str) -> Shape:
         return tuple(self.values[name].shape)
@@ -572,6 +681,8 @@ class _Planner:
         return self.drafts
 
     def add_anchor(self, node: Node) -> None:
+        if node.name in self.sig and self.join_rows(node):
+            return
         fam = FAMILIES[self.family[node.name]]
         d = _Draft(len(self.drafts), fam.name, node.name, list(self.results[node.name]))
         refs = [o.name for o in node.operands if isinstance(o, Ref)]
@@ -589,17 +700,111 @@ class _Planner:
                     raise _Restart(self.materialisable(exc.node)) from None
             d.prologue |= region
             d.leaves |= leaves
+        if node.name in self.sig:
+            d.sig, d.anchors, d.operands = self.sig[node.name], [node.name], {node.name: d.operand}
         self.drafts.append(d)
         self.owner[node.name] = d.index
         for r in d.results:
             self.owner[r] = d.index
         d.deps = self.deps_of(d.leaves, d)
 
+    # ---- row groups: reductions over the same rows and the elementwise ops that use them ----------
+
+    def join_rows(self, node: Node) -> bool:
+        """Add a reduction to a draft that reduces the same rows (making it a row group), when its
+        operand can be computed there from the group's inputs and results."""
+        sig = self.sig[node.name]
+        operand = next(o.name for o in node.operands if isinstance(o, Ref))
+        for d in reversed(self.drafts):
+            if d.sig != sig:
+                continue
+            try:
+                region, leaves = self.region([operand], d)
+            except _Restart:
+                continue
+            deps = self.deps_of(leaves, d)
+            if not self.acyclic(d, deps):
+                continue
+            anchors, operands = d.anchors + [node.name], {**d.operands, node.name: operand}
+            fit = self.rows_space(d, anchors, operands, d.prologue | d.epilogue | region, d.roots)
+            if fit is None:
+                continue
+            d.family, (d.space, d.reduced) = "rownorm", fit
+            d.anchors, d.operands = anchors, operands
+            d.results += self.results[node.name]
+            d.prologue |= region
+            d.leaves |= leaves
+            d.deps |= deps
+            self.owner[node.name] = d.index
+            for r in self.results[node.name]:
+                self.owner[r] = d.index
+            return True
+        return False
+
+    def join_rows_root(self, d: _Draft, root: str) -> bool:
+        """Put a root computed from a draft's row reductions into it (making it a row group): a value
+        of the rows' full size (x normalised by its statistics), or, in a row group already, one value
+        per row. A reduce draft keeps its per-row epilogue roots in the reduce family."""
+        shape = d.sig[0]
+        n = self.numel(root)
+        rows = math.prod(s for k, s in enumerate(shape) if k not in d.sig[1])
+        if n != math.prod(shape) and not (d.family == "rownorm" and n == rows):
+            return False
+        try:
+            region, leaves = self.region([root], d)
+        except _Restart:
+            return False
+        if not leaves & set(d.results) and not region & (d.prologue | d.epilogue):
+            return False                # not computed from this group's rows
+        deps = self.deps_of(leaves, d)
+        if not self.acyclic(d, deps):
+            return False
+        fit = self.rows_space(d, d.anchors, d.operands, d.prologue | d.epilogue | region, d.roots + [root])
+        if fit is None:
+            return False
+        d.family, (d.space, d.reduced) = "rownorm", fit
+        self.join(d, root, region, leaves, deps)
+        return True
+
+    def rows_space(self, d: _Draft, anchors: list[str], operands: dict[str, str], region: set[str],
+                   roots: list[str]) -> tuple[Shape, tuple[bool, ...]] | None:
+        """The index space S of a row group and its reduced dims: the anchors' operand shape, split
+        where a value's layout needs it (a per-channel weight of an instance norm's rows). Every
+        anchor operand and full-size root has S as its layout; every per-row value (results and the
+        ops on them, per-row roots) has K, S with the reduced dims set to 1. None when a value
+        has no such layout."""
+        shape, red_dims = d.sig
+        space, reduced = tuple(shape), [k in red_dims for k in range(len(shape))]
+        full = math.prod(shape)
+        results = {r for a in anchors for r in self.results[a]}
+        for _ in range(len(region) + 64):
+            kept = tuple(1 if reduced[k] else s for k, s in enumerate(space))
+            sinks = [(a, 0, operands[a], space) for a in anchors]
+            sinks += [(None, k, r, space if self.numel(r) == full else kept) for k, r in enumerate(roots)]
+            try:
+                _, uses = layouts(self.g, self.values, region, self.view, sinks)
+            except _Refine as exc:
+                k = exc.dim
+                space = space[:k] + tuple(exc.factors) + space[k + 1:]
+                reduced = reduced[:k] + [reduced[k]] * len(exc.factors) + reduced[k + 1:]
+                continue
+            except _Fail:
+                return None
+            if any(value in results and layout != kept for _, _, value, layout in uses):
+                return None
+            return space, tuple(reduced)
+        return None
+
     def place(self, root: str) -> None:
         """Put a root into an anchor's epilogue, an existing pointwise group or a new one."""
         for d in reversed(self.drafts):
             if d.anchor is None or not self.epilogue_allowed(d):
                 continue
+            if d.sig is not None:
+                if self.join_rows_root(d, root):
+                    return
+                if d.family == "rownorm":
+                    continue
             if self.numel(root) != self.numel(d.results[0]):
                 continue
             try:
@@ -760,16 +965,19 @@ def layouts(graph: Graph, values: dict[str, Any], region: set[str], views: set[s
 
 # ---- sub-graphs ---------------------------------------------------------------------------------
 
-def partition(graph: Graph, options: dict[str, tuple[bool, bool]] | None = None) -> Partition:
+def partition(graph: Graph, options: dict[str, tuple[bool, bool]] | None = None, rows: bool = False,
+              unfused: set[str] | None = None) -> Partition:
     """Groups of a canonical graph (canonicalize) in launch order, with their sub-graphs.
 
     options: anchor node -> (prologue allowed, epilogue allowed), to retry a group whose family
-    refused its prologue or epilogue."""
+    refused its prologue or epilogue. rows: form row groups (lower_rownorm), as generate() does;
+    without them a norm is a reduction followed by a pointwise group, the path row groups fall back
+    to. unfused: reductions that must not join a row group (their row group was refused)."""
     canon = graph
     options = dict(options or {})
     forced: set[str] = set()
     for _ in range(len(canon.nodes) + 1):
-        planner = _Planner(canon, options, forced)
+        planner = _Planner(canon, options, forced, rows, frozenset(unfused or ()))
         try:
             drafts = planner.run()
         except _Restart as exc:
@@ -821,7 +1029,8 @@ def _build(p: _Planner, drafts: list[_Draft]) -> Partition:
             buffers.append(decl)
             buffer_of[v] = decl
     taken |= {n.name for n in g.nodes}
-    groups = [_subgraph(p, d, index, outputs_of[d.index], buffer_of, taken) for index, d in enumerate(order)]
+    groups = [(_subgraph_rows if d.family == "rownorm" else _subgraph)(p, d, index, outputs_of[d.index], buffer_of,
+                                                                      taken) for index, d in enumerate(order)]
     return Partition(g, groups, buffers, [buffer_of[b].name for b in p.out_base])
 
 
@@ -933,6 +1142,80 @@ def _subgraph(p: _Planner, d: _Draft, index: int, outputs: list[str], buffer_of:
     return Group(index, family, d.anchor, sub, outputs,
                  [reads[k] for k in order], sorted(d.prologue - p.view, key=p.order.get),
                  sorted(d.epilogue - p.view, key=p.order.get))
+
+
+def _subgraph_rows(p: _Planner, d: _Draft, index: int, outputs: list[str], buffer_of: dict[str, BufferDecl],
+                   taken: set[str]) -> Group:
+    """A row group's sub-graph, in one index space S: inputs and elementwise nodes with their layouts
+    in S, every anchor rewritten to reduce its S-shaped operand over S's reduced dims with keepdim
+    (its results, and every per-row value, have the shape K: S with the reduced dims set to 1)."""
+    g = p.g
+    space, reduced = d.space, d.reduced
+    kept = tuple(1 if r else s for s, r in zip(space, reduced))
+    full = math.prod(space)
+    nodes: list[Node] = []
+    inputs: list[GraphInput] = []
+    reads: list[Read] = []
+    read_for: dict[tuple[str, Shape], str] = {}
+    local_taken = set(taken)
+    positions = {v.name: i for i, v in enumerate(g.inputs)}
+
+    def read(value: str, layout: Shape) -> str:
+        if value in buffer_of:
+            base, base_shape, kind = buffer_of[value].name, buffer_of[value].shape, "buffer"
+        else:
+            src = p.values[value]
+            base, base_shape, kind = value, tuple(src.shape), src.kind
+        key = (base, layout)
+        if key not in read_for:
+            name = base if layout == base_shape else _ident(f"{base}_{len(layout)}d", local_taken)
+            read_for[key] = name
+            reads.append(Read(name, base, base_shape, layout, kind))
+            inputs.append(GraphInput(name, kind, layout, p.values[value].dtype))
+        return read_for[key]
+
+    region = d.prologue | d.epilogue
+    sinks = [(a, 0, d.operands[a], space) for a in d.anchors]
+    sinks += [(None, k, r, space if p.numel(r) == full else kept) for k, r in enumerate(d.roots)]
+    lay, uses = layouts(g, p.values, region, p.view, sinks)
+    results = set(d.results)
+    use_name = {(consumer, i): value if value in results else read(value, layout)
+                for consumer, i, value, layout in uses}
+    local: dict[str, str] = {}
+
+    def operand(consumer: Node, i: int) -> str:
+        o = consumer.operands[i].name
+        if o in region:
+            return operand(p.values[o], 0) if o in p.view else local[o]
+        return use_name[(consumer.name, i)]
+
+    anchors = set(d.anchors)
+    dims = [k for k, r in enumerate(reduced) if r]
+    for node in g.nodes:
+        if node.name in anchors:
+            attrs = dict(node.attrs, dim=dims, keepdim=True)
+            if "results" in attrs:
+                attrs["results"] = [(kept, dt) for _, dt in attrs["results"]]
+            ops = [Ref(operand(node, i)) if isinstance(o, Ref) else o for i, o in enumerate(node.operands)]
+            nodes.append(Node(node.name, node.op, ops, attrs, kept, node.dtype))
+        elif node.name in results:                     # a getitem of a multi-result anchor
+            nodes.append(Node(node.name, node.op, list(node.operands), dict(node.attrs), kept, node.dtype))
+        elif node.name in region and node.name not in p.view:
+            ops = [Ref(operand(node, i)) if isinstance(o, Ref) else o for i, o in enumerate(node.operands)]
+            nodes.append(Node(node.name, node.op, ops, dict(node.attrs), lay[node.name], node.dtype))
+        else:
+            continue
+        local[node.name] = node.name
+    for consumer, i, value, _ in sinks:
+        v = value
+        while v in region and v in p.view:            # the sink is a view: its source's name
+            consumer, i, v = v, 0, p.values[v].operands[0].name
+        local.setdefault(value, local[v] if v in region or v in results else use_name[(consumer, i)])
+    order = sorted(range(len(inputs)), key=lambda k: (positions.get(reads[k].base, len(positions)), k))
+    sub = Graph(g.task, [inputs[k] for k in order], nodes, [local[o] for o in outputs], dict(g.constants))
+    return Group(index, "rownorm", d.anchor, sub, outputs, [reads[k] for k in order],
+                 sorted(d.prologue - p.view, key=p.order.get), sorted(d.epilogue - p.view, key=p.order.get),
+                 list(d.anchors))
 
 
 def _strip_ones(shape: Shape) -> Shape:

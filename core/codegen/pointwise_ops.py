@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+import torch
+
 from core.codegen.cuda_emit import literal, math_fn
 from core.codegen.graph import Node
 
@@ -68,8 +70,10 @@ def _gelu(node: Node, a: list[str], ct: str) -> str:
         kappa = literal(0.044715, ct)
         return (f"({literal(0.5, ct)} * {x} * ({literal(1, ct)} + {math_fn('tanh', ct)}({beta} * "
                 f"({x} + {kappa} * {x} * {x} * {x}))))")
-    return (f"({x} * {literal(0.5, ct)} * ({literal(1, ct)} + {math_fn('erf', ct)}({x} * "
-            f"{literal(1 / math.sqrt(2.0), ct)})))")
+    # 0.5x * (1 + erf) as one fused multiply-add 0.5x * erf + 0.5x (0.5x is exact): it differs from
+    # eager's form by one rounding of 1 + erf, at most 0.5 |x| 2^-24 in absolute terms.
+    half = f"({x} * {literal(0.5, ct)})"
+    return f"({half} * {math_fn('erf', ct)}({x} * {literal(1 / math.sqrt(2.0), ct)}) + {half})"
 
 
 def _elu(node: Node, a: list[str], ct: str) -> str:
@@ -89,7 +93,36 @@ def _softplus(node: Node, a: list[str], ct: str) -> str:
 
 
 def _hardsigmoid(x: str, ct: str) -> str:
-    return f"({_clamp(f'({x} + {literal(3, ct)})', literal(0, ct), literal(6, ct), ct)} / {literal(6, ct)})"
+    # ATen's CUDA kernels multiply by one_sixth too (exact to 2^-23 relative, no IEEE division).
+    clamped = _clamp(f"({x} + {literal(3, ct)})", literal(0, ct), literal(6, ct), ct)
+    return div_by_literal(clamped, 6, ct) or f"({clamped} / {literal(6, ct)})"
+
+
+def reciprocal_literal(c: float, ct: str) -> str | None:
+    """The literal 1/c in `ct` (rounded once, as ATen computes `opmath_t(1) / scalar`), or None when
+    multiplying by it is not safe: c is 0, inf or NaN, or 1/c is subnormal or overflows."""
+    if ct not in ("float", "double") or not math.isfinite(float(c)) or float(c) == 0.0:
+        return None
+    if ct == "float":
+        c32 = torch.tensor(float(c), dtype=torch.float32).item()   # the literal c as the kernel has it
+        if c32 == 0.0 or not math.isfinite(c32):
+            return None
+        # 1/c32 rounded once to fp32: 1.0 / c32 in double is exact enough (53 bits) to round correctly.
+        r = torch.tensor(1.0 / c32, dtype=torch.float32).item()
+        tiny = 2.0 ** -126
+    else:
+        r, tiny = 1.0 / float(c), 2.0 ** -1022
+    if not math.isfinite(r) or abs(r) < tiny:
+        return None
+    return literal(r, ct)
+
+
+def div_by_literal(x: str, c: float, ct: str) -> str | None:
+    """x / c as a multiply by the reciprocal. ATen's CUDA `div` does exactly this for a scalar
+    divisor, so it matches eager on the GPU; the result is within 2^-23 relative of the IEEE
+    quotient (exact when c is a power of two). None where reciprocal_literal refuses c."""
+    r = reciprocal_literal(c, ct)
+    return None if r is None else f"({x} * {r})"
 
 
 def _add_sub(sign: str, reverse: bool = False) -> Callable[[Node, list[str], str], str]:
@@ -112,6 +145,15 @@ def _div(node: Node, a: list[str], ct: str) -> str:
     if mode == "trunc":
         return f"{math_fn('trunc', ct)}{q}"
     return f"{math_fn('floor', ct)}{q}"
+
+
+def _leaky_relu(node: Node, a: list[str], ct: str) -> str:
+    x, slope = a[0], float(node.attrs.get("negative_slope", 0.01))
+    if ct == "float" and 0.0 < slope <= 1.0:
+        # max(x, x * slope) is x for x > 0 and x * slope below: a multiply and one NaN-propagating max
+        # (slope 0 would turn +inf into inf * 0 = NaN).
+        return f"nan_max({x}, {x} * {literal(slope, ct)})"
+    return f"({x} > {literal(0, ct)} ? {x} : {x} * {literal(slope, ct)})"
 
 
 def _sign(node: Node, a: list[str], ct: str) -> str:
@@ -139,8 +181,8 @@ OPS: dict[str, Callable[[Node, list[str], str], str]] = {
     "reciprocal": lambda n, a, ct: f"({literal(1, ct)} / {a[0]})",
     "sigmoid": lambda n, a, ct: f"({literal(1, ct)} / ({literal(1, ct)} + {math_fn('exp', ct)}(-{a[0]})))",
     "silu": lambda n, a, ct: f"({a[0]} / ({literal(1, ct)} + {math_fn('exp', ct)}(-{a[0]})))",
-    "relu": lambda n, a, ct: f"({a[0]} <= ({ct})0 ? ({ct})0 : {a[0]})",
-    "leaky_relu": lambda n, a, ct: f"({a[0]} > {literal(0, ct)} ? {a[0]} : {a[0]} * {literal(n.attrs.get('negative_slope', 0.01), ct)})",
+    "relu": lambda n, a, ct: f"nan_max({a[0]}, {literal(0, ct)})" if ct == "float" else f"({a[0]} <= ({ct})0 ? ({ct})0 : {a[0]})",
+    "leaky_relu": _leaky_relu,
     "elu": _elu,
     "gelu": _gelu,
     "softplus": _softplus,
@@ -162,6 +204,30 @@ OPS: dict[str, Callable[[Node, list[str], str], str]] = {
     "logical_or": lambda n, a, ct: f"({a[0]} || {a[1]})",
     "bitwise_not": lambda n, a, ct: f"(!{a[0]})" if ct == "bool" else f"(~{a[0]})",
 }
+
+
+def _gelu_fast(node: Node, a: list[str], ct: str) -> str:
+    x = a[0]
+    if node.attrs.get("approximate", "none") == "tanh":
+        # 0.5 * (1 + tanh(u)) == sigmoid(2u): x * sigmoid(2u) with no cancellation for x < 0 (where
+        # 1 + tanh(u) loses the digits the approximate tanh has), relative error ~1e-6.
+        two_u = (f"{literal(-2 * math.sqrt(2.0) * (2.0 / math.sqrt(math.pi)) * 0.5, ct)} * "
+                 f"({x} + {literal(0.044715, ct)} * {x} * {x} * {x})")
+        return f"({x} * ca_rcp_fast({literal(1, ct)} + ca_exp_fast({two_u})))"
+    return f"({x} * ca_phi_fast({x}))"
+
+
+# Forms for float results that are rounded to fp16/bf16 right after (see cuda_emit's ca_*_fast):
+# their error (~1e-6 relative) is far below the 2^-11 / 2^-8 of that rounding. sigmoid and silu
+# divide by 1 + exp(-x) >= 1, the range where ca_rcp_fast is accurate.
+FAST_OPS: dict[str, Callable[[Node, list[str], str], str]] = {
+    "exp": lambda n, a, ct: f"ca_exp_fast({a[0]})",
+    "tanh": lambda n, a, ct: f"ca_tanh_fast({a[0]})",
+    "sigmoid": lambda n, a, ct: f"ca_rcp_fast({literal(1, ct)} + ca_exp_fast(-{a[0]}))",
+    "silu": lambda n, a, ct: f"({a[0]} * ca_rcp_fast({literal(1, ct)} + ca_exp_fast(-{a[0]})))",
+    "gelu": _gelu_fast,
+}
+
 # Overloads that exist in the table above (others of the same op, e.g. pow.Tensor_Tensor or
 # clamp.Tensor, are not lowered and get a clear message).
 SUPPORTED_OVERLOADS = {

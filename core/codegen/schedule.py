@@ -18,12 +18,13 @@ from core.search.space import Constraint, Knob, Schedule, first_violation
 class ScheduleSpec:
     knobs: list[Knob]
     constraints: list[Constraint] = field(default_factory=list)
+    defaults: dict[str, int] = field(default_factory=dict)   # the program's default, where not the first value
 
     def tunables(self) -> dict[str, list[int]]:
         return {k.name: list(k.values) for k in self.knobs}
 
     def default(self) -> Schedule:
-        return {k.name: k.values[0] for k in self.knobs}
+        return {k.name: self.defaults.get(k.name, k.values[0]) for k in self.knobs}
 
     def why_illegal(self, schedule: Mapping[str, int]) -> str | None:
         return first_violation(self.knobs, self.constraints, schedule)
