@@ -677,7 +677,6 @@ class MainWindow(QMainWindow):
                 self._pool = CompilePool(workers=1, timeout=COMPILE_TIMEOUT_S)
             return self._pool
 
-
     def check_compile(self) -> None:
         loaded = self.program
         if loaded is None or not loaded.is_kernel_program:

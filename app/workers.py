@@ -37,7 +37,7 @@ class ResultBridge(QObject):
     """register(callback) -> token in the GUI thread; post(token, value) from any thread ->
     callback(value) in the GUI thread. post(token, None) drops the callback uncalled."""
 
-    _posted = Signal(int, object)
+    _posted = Signal(object, object)      # (token, Outcome or None); Python ints, no C++ int range
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)  # created in the GUI thread, so it lives there
@@ -59,7 +59,7 @@ class ResultBridge(QObject):
         except RuntimeError:  # the window was destroyed while a worker finished
             pass
 
-    @Slot(int, object)
+    @Slot(object, object)
     def _deliver(self, token: int, value: Any) -> None:
         callback = self._callbacks.pop(token, None)
         if callback is not None and value is not None and not self._closed:
