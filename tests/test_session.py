@@ -67,3 +67,18 @@ def test_a_replayed_run_records_the_baselines_of_the_record(tmp_path):
         assert keys and setup.project.baselines(keys[0]).eager.median_ms > 0
     finally:
         setup.close()
+
+
+def test_a_record_of_another_program_is_flagged(tmp_path):
+    from tests.support.replay_run import search_program
+
+    record = record_project(tmp_path / "record.cuagent")
+    program = tmp_path / "program.json"
+    program.write_text(search_program().to_json())
+    for program_file, warned in ((program, False), (None, True)):    # the record is of search_program()
+        setup = open_run(RunConfig(task=TASK_PATH, project=tmp_path / f"{warned}.cuagent", program=program_file,
+                                   replay=[record]))
+        try:
+            assert any("another program" in note for note in setup.notes) is warned, setup.notes
+        finally:
+            setup.close()

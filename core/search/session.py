@@ -82,6 +82,7 @@ def open_run(config: RunConfig, observers: list[Callable[[Any], None]] | None = 
     from .features import feature_size
     from .optimizer import Budget, Optimizer
     from .policies import make_policy
+    from .replay import ReplayPool
     from .space import ScheduleSpace
 
     if config.policy not in POLICIES:
@@ -108,6 +109,11 @@ def open_run(config: RunConfig, observers: list[Callable[[Any], None]] | None = 
         setup.pool, setup.notes = _pool(config, task, project, starting)
         setup.notes.insert(0, program_note)
         space = ScheduleSpace.from_program(program, task, constraints=constraints)
+        if isinstance(setup.pool, ReplayPool) and \
+                program.with_schedule(space.default()).content_hash() not in setup.pool:
+            setup.notes.append("warning: the record does not hold this program's default schedule; it was "
+                               "probably made from another program (another file, or an older code generator), "
+                               "so most candidates will be answered 'not in the replay record'")
         try:
             policy = make_policy(config.policy, space, feature_size(space, task, project.hardware), seed=config.seed,
                                  weights=config.weights)
