@@ -648,6 +648,20 @@ class _Planner:
             stack.extend(o.name for o in node.operands if isinstance(o, Ref))
         return region, leaves
 
+    def reach(self, roots: list[str], d: _Draft,
+              near: set[str] | None = None) -> tuple[set[str], set[str], set[int]] | None:
+        """What computing `roots` inside draft d takes: (region, leaves, the drafts the leaves come
+        from), or None when it needs a cut or would make the groups cyclic. With `near`, also None
+        unless the region reads one of d's results or overlaps `near` (it is computed from d)."""
+        try:
+            region, leaves = self.region(roots, d)
+        except _Restart:
+            return None
+        if near is not None and not leaves & set(d.results) and not region & near:
+            return None
+        deps = self.deps_of(leaves, d)
+        return (region, leaves, deps) if self.acyclic(d, deps) else None
+
     def deps_of(self, leaves: set[str], draft: _Draft) -> set[int]:
         deps = set()
         for leaf in leaves:
@@ -718,13 +732,10 @@ class _Planner:
         for d in reversed(self.drafts):
             if d.sig != sig:
                 continue
-            try:
-                region, leaves = self.region([operand], d)
-            except _Restart:
+            reached = self.reach([operand], d)
+            if reached is None:
                 continue
-            deps = self.deps_of(leaves, d)
-            if not self.acyclic(d, deps):
-                continue
+            region, leaves, deps = reached
             anchors, operands = d.anchors + [node.name], {**d.operands, node.name: operand}
             fit = self.rows_space(d, anchors, operands, d.prologue | d.epilogue | region, d.roots)
             if fit is None:
@@ -750,15 +761,10 @@ class _Planner:
         rows = math.prod(s for k, s in enumerate(shape) if k not in d.sig[1])
         if n != math.prod(shape) and not (d.family == "rownorm" and n == rows):
             return False
-        try:
-            region, leaves = self.region([root], d)
-        except _Restart:
+        reached = self.reach([root], d, near=d.prologue | d.epilogue)    # computed from this group's rows
+        if reached is None:
             return False
-        if not leaves & set(d.results) and not region & (d.prologue | d.epilogue):
-            return False                # not computed from this group's rows
-        deps = self.deps_of(leaves, d)
-        if not self.acyclic(d, deps):
-            return False
+        region, leaves, deps = reached
         fit = self.rows_space(d, d.anchors, d.operands, d.prologue | d.epilogue | region, d.roots + [root])
         if fit is None:
             return False
@@ -807,15 +813,11 @@ class _Planner:
                     continue
             if self.numel(root) != self.numel(d.results[0]):
                 continue
-            try:
-                region, leaves = self.region([root], d)
-            except _Restart:
+            reached = self.reach([root], d, near=d.epilogue | set(d.roots))  # computed from its results
+            if reached is None:
                 continue
-            if not leaves & set(d.results) and not region & (d.epilogue | set(d.roots)):
-                continue                # not computed from this anchor's results
-            deps = self.deps_of(leaves, d)
-            if not self.acyclic(d, deps) or not self.fits(d, d.epilogue | region, d.roots + [root],
-                                                         self.shape(d.results[0])):
+            region, leaves, deps = reached
+            if not self.fits(d, d.epilogue | region, d.roots + [root], self.shape(d.results[0])):
                 continue
             self.join(d, root, region, leaves, deps)
             return
@@ -828,13 +830,10 @@ class _Planner:
         for d in reversed(self.drafts):
             if d.anchor is not None or self.numel(root) != self.numel(d.roots[0]):
                 continue
-            try:
-                region, leaves = self.region([root], d)
-            except _Restart:
+            reached = self.reach([root], d)
+            if reached is None:
                 continue
-            deps = self.deps_of(leaves, d)
-            if not self.acyclic(d, deps):
-                continue
+            region, leaves, deps = reached
             space = self.pointwise_space(d.epilogue | region, d.roots + [root])
             if space is not None:
                 d.space = space

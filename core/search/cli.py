@@ -12,7 +12,6 @@ otherwise the Evaluator measures on GPU --device. Ctrl-C stops cleanly after the
 from __future__ import annotations
 
 import argparse
-import signal
 import threading
 import time
 from pathlib import Path
@@ -149,11 +148,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     failure: list[BaseException] = []
     done = threading.Event()
 
-    def target() -> None:
-        # Evaluator processes started from this thread inherit the blocked SIGINT, so a Ctrl-C in the
-        # terminal reaches only this process, which then stops the suite cleanly.
-        if hasattr(signal, "pthread_sigmask"):
-            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    def target() -> None:     # evaluator workers ignore SIGINT (supervisor): Ctrl-C reaches only us
         try:
             result.append(bench.run())
         except BaseException as exc:
