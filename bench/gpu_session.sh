@@ -4,10 +4,16 @@
 #   PYTHONPATH=. bench/gpu_session.sh speed   # GPU tests of codegen + search, then bench/sweep.py --evals 20
 #   PYTHONPATH=. bench/gpu_session.sh dense   # bench/sweep.py --evals $EVALS (default 150) on one-group tasks
 #                                             # (or on $TASKS): dense records for `cuda-agent train`
+#   PYTHONPATH=. bench/gpu_session.sh all     # bench/sweep.py --evals $EVALS on every generated task: the
+#                                             # speed table and the training records in one pass
 #
-# Each GPU runs one shard (CUDA_VISIBLE_DEVICES=i, --shard i/N); $OUT gets session.log, gpu-tests.log,
-# one sweep log per shard and one shardI.tar.gz per shard (its sweep.json, sweep.md and projects). DEADLINE (seconds, default 480) is passed to every sweep so
-# the call ends inside the device's per-command limit with what it measured.
+# Each GPU runs one shard (CUDA_VISIBLE_DEVICES=i, --shard SHARD_BASE+i/SHARD_TOTAL; by default the
+# shards are the GPUs of this call; two calls on two GPUs cover four shards with SHARD_TOTAL=4 and
+# SHARD_BASE=0, then 2). TESTS (codegen+search in speed mode, none otherwise; "search" runs only
+# tests/gpu/test_search_gpu.py) run on GPU 0 before its shard. $OUT gets session.log, gpu-tests.log,
+# one sweep log per shard and one shardI.tar.gz per shard (its sweep.json, sweep.md and projects).
+# DEADLINE (seconds from this script's start, default 480) is what is left to each sweep: no task
+# starts after it, so the call ends inside the device's per-command limit with what it measured.
 set -uo pipefail
 mode=${1:-speed}
 out=${OUT:-./gpu-session-out}
@@ -19,20 +25,20 @@ if [ "$gpus" -lt 1 ]; then
     echo "no GPU found (nvidia-smi -L lists none): nothing to measure" >&2
     exit 3
 fi
-echo "$(date -u +%FT%TZ) mode=$mode gpus=$gpus deadline=$deadline" | tee "$out/session.log"
+shard_base=${SHARD_BASE:-0}
+shard_total=${SHARD_TOTAL:-$gpus}
+echo "$(date -u +%FT%TZ) mode=$mode gpus=$gpus deadline=$deadline shards=$shard_base..+$gpus/$shard_total" \
+    | tee "$out/session.log"
 nvidia-smi --query-gpu=index,name,memory.total,clocks.max.sm --format=csv | tee -a "$out/session.log"
 
-if [ "$mode" = "speed" ]; then
-    # The GPU tests on GPU 0 first (they must pass before the sweep's figures mean anything).
-    CUDA_VISIBLE_DEVICES=0 python3 -m pytest -q -m gpu tests/gpu/test_codegen_gpu.py tests/gpu/test_search_gpu.py \
-        -p no:cacheprovider -s > "$out/gpu-tests.log" 2>&1
-    echo "gpu tests: exit $? ($(tail -1 "$out/gpu-tests.log"))" | tee -a "$out/session.log"
-    tasks=()
-    args=(--evals 20)
-elif [ "$mode" = "dense" ]; then
-    # One-group programs only: their spaces are small enough to record densely (a few hundred
-    # schedules); multi-group products run to millions.
-    mapfile -t tasks < <(python3 - <<'EOF'
+tasks=()
+case "$mode" in
+    speed) args=(--evals 20); tests=${TESTS:-codegen+search} ;;
+    all) args=(--evals "$evals"); tests=${TESTS:-none} ;;
+    dense)
+        # One-group programs only: their spaces are small enough to record densely (a few hundred
+        # schedules); multi-group products run to millions.
+        mapfile -t tasks < <(python3 - <<'EOF'
 from pathlib import Path
 from core.codegen import CodegenError, generate
 from core.tasks import load_task
@@ -45,26 +51,44 @@ for path in sorted(Path("resources/tasks").glob("*.py")):
         print(path.stem)
 EOF
 )
-    if [ -n "${TASKS:-}" ]; then read -ra tasks <<< "$TASKS"; fi   # e.g. what an earlier call's deadline left out
-    echo "dense: ${#tasks[@]} tasks: ${tasks[*]}" | tee -a "$out/session.log"
-    args=(--evals "$evals")
-else
-    echo "usage: bench/gpu_session.sh speed|dense" >&2
-    exit 2
-fi
+        args=(--evals "$evals"); tests=${TESTS:-none} ;;
+    *) echo "usage: bench/gpu_session.sh speed|dense|all" >&2; exit 2 ;;
+esac
+if [ -n "${TASKS:-}" ]; then read -ra tasks <<< "$TASKS"; fi   # e.g. what an earlier call's deadline left out
+[ "${#tasks[@]}" -gt 0 ] && echo "tasks: ${#tasks[@]}: ${tasks[*]}" | tee -a "$out/session.log"
+
+test_files=()
+case "$tests" in
+    codegen+search) test_files=(tests/gpu/test_codegen_gpu.py tests/gpu/test_search_gpu.py) ;;
+    search) test_files=(tests/gpu/test_search_gpu.py) ;;
+esac
+
+run_shard() {   # GPU index i: (tests on GPU 0 first), then its sweep shard with what is left of the deadline
+    local i=$1
+    if [ "$i" -eq 0 ] && [ "${#test_files[@]}" -gt 0 ]; then
+        # The tests must pass before the sweep's figures mean anything.
+        CUDA_VISIBLE_DEVICES=0 python3 -m pytest -q -m gpu "${test_files[@]}" -p no:cacheprovider -s \
+            > "$out/gpu-tests.log" 2>&1
+        echo "gpu tests: exit $? ($(tail -1 "$out/gpu-tests.log"))" | tee -a "$out/session.log"
+    fi
+    local left=$((deadline - SECONDS))
+    local task_args=()
+    if [ "${#tasks[@]}" -gt 0 ]; then task_args=(--tasks "${tasks[@]}"); fi
+    mkdir -p "$out/shard$i"
+    CUDA_VISIBLE_DEVICES=$i python3 bench/sweep.py "${args[@]}" "${task_args[@]}" \
+        --shard "$((shard_base + i))/$shard_total" --deadline "$left" --out "$out/shard$i" \
+        > "$out/sweep-shard$i.log" 2>&1
+}
 
 pids=()
 for ((i = 0; i < gpus; i++)); do
-    mkdir -p "$out/shard$i"
-    task_args=()
-    if [ "${#tasks[@]}" -gt 0 ]; then task_args=(--tasks "${tasks[@]}"); fi
-    CUDA_VISIBLE_DEVICES=$i python3 bench/sweep.py "${args[@]}" "${task_args[@]}" --shard "$i/$gpus" \
-        --deadline "$deadline" --out "$out/shard$i" > "$out/sweep-shard$i.log" 2>&1 &
+    run_shard "$i" &
     pids+=($!)
 done
 for pid in "${pids[@]}"; do wait "$pid"; done
 for ((i = 0; i < gpus; i++)); do
     # One archive per shard (sweep.json, sweep.md, the projects): the device returns at most 8 files.
+    rm -f "$out/shard$i/sweep-projects.tar.gz"   # the projects go in whole, once
     tar -czf "$out/shard$i.tar.gz" -C "$out" "shard$i" && rm -rf "${out:?}/shard$i"
-    echo "shard $i: $(tail -1 "$out/sweep-shard$i.log")" | tee -a "$out/session.log"
+    echo "shard $i: $(grep -E "tasks to sweep|deadline:|Error" "$out/sweep-shard$i.log" | head -3 | tr "\n" " ")" | tee -a "$out/session.log"
 done
