@@ -174,6 +174,18 @@ def test_unrecorded_candidates_can_be_skipped(task, record, tmp_path):
     project.close()
 
 
+def test_a_small_space_ends_once_every_schedule_is_known(task, record, tmp_path):
+    opt, project, pool, events = make(task, record, tmp_path, budget=Budget(evaluations=100))
+    summary = opt.run()
+    legal = list(opt.space.enumerate())
+    assert summary.reason == "exhausted" and summary.evaluations == len(legal) == pool.calls == 20
+    answers = [e for e in events if isinstance(e, CandidateEvaluated)]
+    last_new = max(i for i, e in enumerate(answers) if not e.from_record)
+    # it stops in the episode that found the last schedule, not after 50 idle episodes
+    assert len(answers) - 1 - last_new < opt.episode_length
+    project.close()
+
+
 def test_kill_9_mid_run_then_reopen(task, record, tmp_path):
     path = tmp_path / "killed.cuagent"
     proc = subprocess.Popen([sys.executable, "-m", "tests.support.replay_run", str(record), str(path),

@@ -13,6 +13,7 @@ before the next one is proposed, so a kill loses at most the one in flight (left
 from __future__ import annotations
 
 import json
+import math
 import random
 import threading
 import time
@@ -30,6 +31,7 @@ from .replay import NOT_RECORDED
 from .reward import RewardConfig, RewardTracker
 from .space import ScheduleSpace
 
+EXHAUSTION_CHECK_LIMIT = 4096   # knob-value combinations up to which the optimizer lists the space
 FINAL = ("measured", "compile_error", "wrong", "crashed", "timeout", "rejected")
 
 
@@ -101,6 +103,7 @@ class Optimizer:
         self.best_id: int | None = None
         self.best_ms: float | None = None
         self._by_hash: dict[str, CandidateRecord] = {}
+        self._legal_hashes: list[str] | None = None    # every legal schedule's hash, small spaces only
         self._eager_ms: float | None = None
         self._compile_ms: float | None = None
 
@@ -260,7 +263,7 @@ class Optimizer:
             if outcome in ("stopped", "evaluations", "seconds"):
                 return outcome
             idle = idle + 1 if outcome == "idle" else 0
-            if idle >= self.max_idle_episodes:
+            if idle >= self.max_idle_episodes or self._space_exhausted():
                 return "exhausted"
 
     def _state(self, schedule: dict[str, int], step: int, status: str | None, measurement: dict | None,
@@ -332,6 +335,16 @@ class Optimizer:
                     self._learn()
             state = next_state
         return "done" if new else "idle"
+
+    def _space_exhausted(self) -> bool:
+        """Every legal schedule is already known, so no episode can find anything new (checked for
+        spaces small enough to list; larger ones end after max_idle_episodes idle episodes)."""
+        if self._legal_hashes is None:
+            size = math.prod(len(k.values) for k in self.space.knobs)
+            self._legal_hashes = ([self.program.with_schedule(s).content_hash() for s in self.space.enumerate(size)]
+                                  if size <= EXHAUSTION_CHECK_LIMIT else [])
+        return (bool(self._legal_hashes) and len(self._by_hash) >= len(self._legal_hashes)
+                and all(h in self._by_hash for h in self._legal_hashes))
 
     def _recorded(self, schedule: dict[str, int]) -> bool:
         h = self.program.with_schedule(schedule).content_hash()

@@ -1,6 +1,7 @@
-"""GPU test of the RL issue: a short real run of the optimiser on two example tasks, through the
-same open_run as `cuda-agent run` (generated program, GPU evaluator, PPO), then a replay of the
-run's own project that answers every candidate from the record.
+"""GPU test of the RL issue: a short real run of the optimiser on example tasks, through the same
+open_run as `cuda-agent run` (GPU evaluator, PPO; act_gelu has a hand-written program of three
+schedules, the others are generated), then a replay of the run's own project that answers every
+candidate from the record.
 """
 from __future__ import annotations
 
@@ -18,19 +19,22 @@ TASKS = ROOT / "resources" / "tasks"
 BUDGET = 12
 
 
-@pytest.mark.parametrize("name", ["act_gelu", "red_sum_dim1"])
+@pytest.mark.parametrize("name", ["act_gelu", "act_mish", "red_var_dim1"])
 def test_a_short_real_run(name, tmp_path, tmp_cache):
     project_path = tmp_path / f"{name}.cuagent"
     setup = open_run(RunConfig(task=TASKS / f"{name}.py", project=project_path, policy="ppo", budget=BUDGET,
                                program=None, seed=1))
+    legal = len(list(setup.optimizer.space.enumerate()))
     try:
         summary = setup.optimizer.run()
     finally:
         setup.close()
-    assert summary.evaluations == BUDGET and summary.reason == "evaluations"
+    # a space smaller than the budget ends as soon as every schedule is known
+    expected = (BUDGET, "evaluations") if legal >= BUDGET else (legal, "exhausted")
+    assert (summary.evaluations, summary.reason) == expected, (summary, legal)
     with Project.open(project_path, readonly=True) as project:
         counts = project.counts_by_status()
-        assert counts.get("measured", 0) >= BUDGET // 2, counts        # generated schedules are legal
+        assert counts.get("measured", 0) >= expected[0] // 2, counts        # generated schedules are legal
         assert not counts.get("wrong") and not counts.get("crashed"), counts
         best = project.best(1)[0]
         first = next(project.candidates(limit=1))
