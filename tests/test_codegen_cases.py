@@ -15,7 +15,7 @@ POINTWISE_TASKS = ["act_gelu", "act_gelu_tanh_bf16", "act_hardswish_fp16", "act_
                    "act_silu_bf16", "act_softplus", "fused_bias_gelu_scale_fp16"]
 
 # Example tasks that generate() lowers with the row-reduction family.
-ROWREDUCE_TASKS = ["red_sum_dim1", "softmax_lastdim", "softmax_log_lastdim"]
+ROWREDUCE_TASKS = ["red_sum_dim1"]      # the example softmaxes' rows fit the rownorm family
 
 HEADER = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
 
@@ -104,13 +104,14 @@ def get_inputs():
 def get_init_inputs():
     return []
 ''',
+    # Few long rows (a block per row would leave the GPU idle): the row family's softmax.
     "rowreduce_softmax_bf16": HEADER + '''
 class Model(nn.Module):
     def forward(self, x):
         return torch.softmax(x, dim=-1)
 
 def get_inputs():
-    return [torch.randn(3, 7, 77, dtype=torch.bfloat16)]
+    return [torch.randn(2, 3, 12288, dtype=torch.bfloat16)]
 
 def get_init_inputs():
     return []

@@ -64,8 +64,8 @@ EXPECTED = {
     "red_max_lastdim": "reduce", "red_mean_dim0": "reduce", "red_std_keepdim_bf16": "reduce",
     "red_sum_dim1": "rowreduce", "red_var_dim1": "reduce",
     "scan_cumprod": "scan", "scan_cumsum": "scan", "scan_cumsum_reverse": "scan", "scan_masked_cumsum": "scan",
-    "softmax_dim1_fp16": "rownorm", "softmax_lastdim": "rowreduce",
-    "softmax_log_lastdim": "rowreduce",
+    "softmax_dim1_fp16": "rownorm", "softmax_lastdim": "rownorm",
+    "softmax_log_lastdim": "rownorm",
 }
 # Memory-bound examples that stay unsupported, and the op the error names.
 REFUSED = {"loss_cross_entropy": "gather.default"}
@@ -406,9 +406,14 @@ def test_unsupported_ops_are_named():
     assert generate_from_graph(graph).family == "pointwise"  # moving a size-1 dim is only a view
 
 
-def test_softmax_with_an_epilogue_is_two_groups():
-    # Formerly refused ("the graph combines the row reduction ... with other ops").
+def test_softmax_with_an_epilogue():
+    # Rows a row group takes: the softmax and its epilogue are one kernel.
     graph, model = graph_of(lambda m, x: torch.softmax(x, dim=-1) * 2.0, [torch.randn(4, 8)])
+    gen = generate_from_graph(graph)
+    assert gen.family == "rownorm" and len(gen.groups) == 1
+    # A few long rows: the row family's softmax, then a pointwise group (formerly refused: "the graph
+    # combines the row reduction ... with other ops").
+    graph, model = graph_of(lambda m, x: torch.softmax(x, dim=-1) * 2.0, [torch.randn(4, 16384)])
     gen = generate_from_graph(graph)
     assert gen.family == "rowreduce+pointwise"
     assert [g.outputs for g in gen.groups] == [["_softmax"], ["mul"]]

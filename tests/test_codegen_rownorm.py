@@ -63,6 +63,9 @@ EXAMPLES = {
     "loss_kl_div": ("rowreduce+rowreduce+reduce", "rownorm+reduce", 4, 2),
     # Strided rows (a softmax over dim 1): each thread takes VEC neighbouring rows.
     "softmax_dim1_fp16": ("reduce+reduce+pointwise", "rownorm", 3, 1),
+    # Last-dim softmaxes: the row family read each row twice (max and sum, then the output).
+    "softmax_lastdim": ("rowreduce", "rownorm", 1, 1),
+    "softmax_log_lastdim": ("rowreduce", "rownorm", 1, 1),
 }
 # Examples with reductions the row family must leave alone (few long rows).
 UNTOUCHED = {"norm_batchnorm2d_train": "reduce+pointwise"}
@@ -217,6 +220,10 @@ CASES: dict[str, tuple[torch.nn.Module, list[torch.Tensor], list[str]]] = {
                ["pred_logits", "target_logits"]),
     "softmax_dim1_fp16": (_task_model("softmax_dim1_fp16"), [_randn(3, 40, 24, scale=3.0, dtype=torch.float16)],
                           ["x"]),
+    "softmax_last": (_task_model("softmax_lastdim"), [_randn(5, 300, scale=4.0)], ["x"]),
+    "log_softmax_last_bf16": (Fn(lambda m, x: torch.log_softmax(x, -1)), [_randn(4, 3, 260, scale=4.0,
+                                                                                  dtype=torch.bfloat16)], ["x"]),
+    "softmax_scaled": (Fn(lambda m, x: torch.softmax(x, -1) * 2.0 - 0.5), [_randn(6, 129, scale=3.0)], ["x"]),
     "strided_stats": (Fn(_strided_stats, w=_randn(16, 1, seed=8), b=_randn(1, 40, seed=9)),
                       [_randn(4, 16, 40, scale=2.0, shift=50.0, seed=10)], ["x"]),
 }
@@ -374,6 +381,10 @@ EMULATED = [
     ("layernorm_fp16", {"CACHE": 0, "ROW_MODE": 0, "BLOCK": 32, "VEC": 8, "ITEMS": 1}, True),
     ("softmax_by_hand", {"CACHE": 0, "ROW_MODE": 0, "BLOCK": 256, "VEC": 4, "ITEMS": 2}, False),
     ("kl_div", {"CACHE": 2, "ROW_MODE": 0, "BLOCK": 32, "VEC": 2, "ITEMS": 2}, True),   # three phases
+    ("softmax_last", {"CACHE": 2, "ROW_MODE": 0, "BLOCK": 64, "VEC": 4, "ITEMS": 1}, True),
+    ("softmax_last", {"CACHE": 1, "ROW_MODE": 1, "BLOCK": 64, "VEC": 2, "ITEMS": 2}, False),   # a warp per row
+    ("log_softmax_last_bf16", {"CACHE": 2, "ROW_MODE": 0, "BLOCK": 32, "VEC": 4, "ITEMS": 2}, False),
+    ("softmax_scaled", {"CACHE": 1, "ROW_MODE": 0, "BLOCK": 32, "VEC": 1, "ITEMS": 4}, True),
     # Strided rows: COLW threads side by side, BLOCK / COLW along each row.
     ("softmax_dim1_fp16", {"CACHE": 2, "BLOCK": 64, "COLW": 8, "VEC": 2, "ITEMS": 2}, True),
     ("softmax_dim1_fp16", {"CACHE": 1, "BLOCK": 128, "COLW": 4, "VEC": 4, "ITEMS": 1}, False),
@@ -415,13 +426,19 @@ def _meta_graph(module: torch.nn.Module, shapes: list[tuple[int, ...]], name: st
     return capture_module(module.to("meta"), inputs, name, [f"x{i}" for i in range(len(inputs))])
 
 
-def test_softmaxes_split_only_for_a_reduction_that_reads_them():
+def test_softmaxes_split_into_row_groups_when_their_rows_fit():
     lone = _meta_graph(Fn(lambda m, x: torch.softmax(x, -1)), [(300, 64)])
-    assert canonicalize(lone, rows=True).ops() == ["_softmax.default"]
+    assert canonicalize(lone).ops() == ["_softmax.default"]
+    assert canonicalize(lone, rows=True).ops()[0] == "amax.default"    # max, sum and output: one row group
+    assert generate_from_graph(lone).family == "rownorm"
     scaled = _meta_graph(Fn(lambda m, x: torch.softmax(x, -1) * 2.0), [(300, 64)])
-    assert generate_from_graph(scaled).family == "rowreduce+pointwise"
+    gen = generate_from_graph(scaled)
+    assert gen.family == "rownorm" and len(gen.program.kernel_names()) == 1
+    # A few long rows do not fill the GPU with a block per row: the row family keeps them.
+    few_long = _meta_graph(Fn(lambda m, x: torch.log_softmax(x, -1)), [(4, 65536)])
+    assert canonicalize(few_long, rows=True).ops() == ["_log_softmax.default"]
+    assert generate_from_graph(few_long).family == "rowreduce"
     summed = _meta_graph(Fn(lambda m, x: (torch.log_softmax(x, -1) * x).sum()), [(300, 64)])
-    assert "_log_softmax.default" in canonicalize(summed).ops()         # the split path keeps the row family
     gen = generate_from_graph(summed)
     assert gen.family == "rownorm+reduce" and len(gen.groups[0].anchors) == 3
     # A total over values with no row statistics stays one reduction.

@@ -30,6 +30,14 @@ def test_good_candidate_is_measured(supervisor):
     assert len(out.samples_ms) == 21
 
 
+def test_work_left_on_another_stream_is_rejected_after_a_second_timing(supervisor):
+    out = supervisor.evaluate(program("side_stream"))
+    assert out.status is Status.REJECTED and "outside the timed stream" in out.reason
+    # one stray reading (a host hiccup) is not a verdict: the second, clean timing is kept
+    out = supervisor.evaluate(program("stray_once"))
+    assert out.status is Status.MEASURED and out.stray_ms == 0.0
+
+
 def test_hang_is_killed_at_the_deadline_and_service_resumes(supervisor):
     old_pid = supervisor.runner.proc.pid
     t0 = time.monotonic()

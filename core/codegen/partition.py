@@ -359,7 +359,8 @@ def canonicalize(graph: Graph, rows: bool = False) -> Graph:
     feeding = _softmaxes_feeding_reductions(graph) if rows else set()
     for n in graph.nodes:
         n = Node(n.name, n.op, list(n.operands), dict(n.attrs), n.shape, n.dtype)
-        if n.base in SOFTMAXES and (n.name in feeding or not is_rowreduce(n, b.view)) and n.dtype in _COMPUTE:
+        if n.base in SOFTMAXES and n.dtype in _COMPUTE and \
+                (n.name in feeding or not is_rowreduce(n, b.view) or (rows and _rows_take(n, b.view))):
             _split_softmax(b, n)
         elif rows and _two_level(b, n):
             pass
@@ -422,6 +423,13 @@ def _split_softmax(b: _Builder, n: Node) -> None:
         b.add(last, "sub.Tensor", [s, lz], {"alpha": 1}, full, ct)
     if last != n.name:
         b.to_copy(n.name, Ref(last), n.dtype, full)
+
+
+def _rows_take(n: Node, graph: Graph) -> bool:
+    """A softmax whose rows a row group takes: its max and sum then share one read of each row
+    (kept in registers or shared memory) with the output, where the row family reads it twice."""
+    src = graph.value(n.operands[0].name)
+    return rows_fit(tuple(src.shape), (int(n.attrs["dim"]) % max(len(src.shape), 1),))
 
 
 def _softmaxes_feeding_reductions(graph: Graph) -> set[str]:

@@ -418,8 +418,19 @@ class GpuSupervisor:
             return Outcome(Status(reply.status), reply.reason, kernels=check.kernels, seconds=seconds,
                            details=reply.details)
         timed: P.TimeDone = reply
+        if _stray(timed):
+            # Stray time is a difference of two medians of host-side gaps, and a loaded host can push
+            # an honest kernel over the line once. Work really left on another stream shows up again
+            # on a second, independent timing; an honest kernel keeps the second timing.
+            t4 = time.perf_counter()
+            again = self._call(runner, msg, s.time_timeout_s, fresh)
+            seconds["time"] += time.perf_counter() - t4
+            if isinstance(again, P.Failure):
+                return Outcome(Status(again.status), again.reason, kernels=check.kernels, seconds=seconds,
+                               details=again.details)
+            timed = again
         median = sorted(timed.samples_ms)[len(timed.samples_ms) // 2]
-        if timed.stray_ms > max(0.01, 0.2 * median):
+        if _stray(timed):
             return Outcome(Status.REJECTED, f"work outside the timed stream: {timed.stray_ms * 1e3:.1f} us of GPU work "
                                             f"was still running after the timed region ended ({median * 1e3:.1f} us); "
                                             "launch on the current stream", kernels=check.kernels, seconds=seconds)
@@ -483,3 +494,9 @@ def _same_prints(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
     if len(a) != len(b):
         return False
     return all(x == y or (x != x and y != y) or abs(x - y) <= 1e-9 * max(abs(x), abs(y)) for x, y in zip(a, b))
+
+
+def _stray(timed: P.TimeDone) -> bool:
+    """Work outside the timed stream: more than 10 us and more than a fifth of the median time."""
+    median = sorted(timed.samples_ms)[len(timed.samples_ms) // 2]
+    return timed.stray_ms > max(0.01, 0.2 * median)

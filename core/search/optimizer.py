@@ -103,6 +103,7 @@ class Optimizer:
         self.best_id: int | None = None
         self.best_ms: float | None = None
         self._by_hash: dict[str, CandidateRecord] = {}
+        self._hashes: dict[tuple, str] = {}             # schedule key -> program hash
         self._legal_hashes: list[str] | None = None    # every legal schedule's hash, small spaces only
         self._eager_ms: float | None = None
         self._compile_ms: float | None = None
@@ -341,14 +342,23 @@ class Optimizer:
         spaces small enough to list; larger ones end after max_idle_episodes idle episodes)."""
         if self._legal_hashes is None:
             size = math.prod(len(k.values) for k in self.space.knobs)
-            self._legal_hashes = ([self.program.with_schedule(s).content_hash() for s in self.space.enumerate(size)]
+            self._legal_hashes = ([self._hash(s) for s in self.space.enumerate(size)]
                                   if size <= EXHAUSTION_CHECK_LIMIT else [])
         return (bool(self._legal_hashes) and len(self._by_hash) >= len(self._legal_hashes)
                 and all(h in self._by_hash for h in self._legal_hashes))
 
     def _recorded(self, schedule: dict[str, int]) -> bool:
-        h = self.program.with_schedule(schedule).content_hash()
+        h = self._hash(schedule)
         return h in self.pool or h in self._by_hash
+
+    def _hash(self, schedule: dict[str, int]) -> str:
+        """The program's content hash at `schedule`, computed once per schedule (masking a record asks
+        for every neighbour's hash at every step)."""
+        key = self.space.key(schedule)
+        h = self._hashes.get(key)
+        if h is None:
+            h = self._hashes[key] = self.program.with_schedule(schedule).content_hash()
+        return h
 
     def _note_best(self, rec: CandidateRecord) -> None:
         median = rec.median_ms if rec.status == "measured" else None

@@ -2,7 +2,9 @@
 
 The fake runner obeys the candidate: a ProgramArtifact whose program says {"behaviour": X}
 answers normally ("ok"), slowly ("slow"), dies ("die"), hangs ("hang"), reports a fatal CUDA
-error ("cuda_error"), or sends outputs that make the fake judge die ("kill_judge").
+error ("cuda_error"), sends outputs that make the fake judge die ("kill_judge"), leaves work on
+another stream at every timing ("side_stream") or only at its first timing ("stray_once": an
+honest kernel on a host that hiccuped once).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ def _behaviour(artifact) -> str:
 
 
 def fake_runner_main(conn, device_index, role, scratch):
+    timings: dict[str, int] = {}
     conn.send(P.Ready(role, os.getpid(), dict(GPU), 0.0))
     while True:
         try:
@@ -48,7 +51,10 @@ def fake_runner_main(conn, device_index, role, scratch):
                 outputs = (("kill-judge",),) if b == "kill_judge" else ()
                 conn.send(P.CheckDone(outputs, dict(msg.bundle.fingerprints), [{"pid": os.getpid(), "name": "k"}]))
             else:
-                conn.send(P.TimeDone([1.0 + 0.01 * i for i in range(21)], 0.0, (), 0))
+                key = msg.artifact.content_hash if isinstance(msg.artifact, P.ProgramArtifact) else ""
+                timings[key] = timings.get(key, 0) + 1
+                stray = b == "side_stream" or (b == "stray_once" and timings[key] == 1)
+                conn.send(P.TimeDone([1.0 + 0.01 * i for i in range(21)], 0.5 if stray else 0.0, (), 0))
         elif isinstance(msg, P.TimeBaseline):
             conn.send(P.TimeDone([2.0] * 21, 0.0, (), 0))
 
