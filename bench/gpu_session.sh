@@ -2,8 +2,8 @@
 # One device call that measures what the CPU-only sessions built, spread over the GPUs it finds.
 #
 #   PYTHONPATH=. bench/gpu_session.sh speed   # GPU tests of codegen + search, then bench/sweep.py --evals 20
-#   PYTHONPATH=. bench/gpu_session.sh dense   # bench/sweep.py --evals $EVALS (default 150) on one-group tasks
-#                                             # (or on $TASKS): dense records for `cuda-agent train`
+#   PYTHONPATH=. bench/gpu_session.sh dense   # bench/sweep.py --record-all $MAX_SPACE (default 1000): every
+#                                             # legal schedule of the smaller spaces (or of $TASKS), for `cuda-agent train`
 #   PYTHONPATH=. bench/gpu_session.sh all     # bench/sweep.py --evals $EVALS on every generated task: the
 #                                             # speed table and the training records in one pass
 #
@@ -18,7 +18,7 @@ set -uo pipefail
 mode=${1:-speed}
 out=${OUT:-./gpu-session-out}
 deadline=${DEADLINE:-480}
-evals=${EVALS:-150}
+evals=${EVALS:-100}
 mkdir -p "$out"
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 if [ "$gpus" -lt 1 ]; then
@@ -36,22 +36,9 @@ case "$mode" in
     speed) args=(--evals 20); tests=${TESTS:-codegen+search} ;;
     all) args=(--evals "$evals"); tests=${TESTS:-none} ;;
     dense)
-        # One-group programs only: their spaces are small enough to record densely (a few hundred
-        # schedules); multi-group products run to millions.
-        mapfile -t tasks < <(python3 - <<'EOF'
-from pathlib import Path
-from core.codegen import CodegenError, generate
-from core.tasks import load_task
-for path in sorted(Path("resources/tasks").glob("*.py")):
-    try:
-        gen = generate(load_task(path))
-    except (CodegenError, Exception):
-        continue
-    if len(gen.groups) <= 1:
-        print(path.stem)
-EOF
-)
-        args=(--evals "$evals"); tests=${TESTS:-none} ;;
+        # Training records: every legal schedule of each task whose space has at most MAX_SPACE
+        # (default 1000) of them; larger spaces are skipped and listed in sweep.json.
+        args=(--record-all "${MAX_SPACE:-1000}"); tests=${TESTS:-none} ;;
     *) echo "usage: bench/gpu_session.sh speed|dense|all" >&2; exit 2 ;;
 esac
 if [ -n "${TASKS:-}" ]; then read -ra tasks <<< "$TASKS"; fi   # e.g. what an earlier call's deadline left out

@@ -1,11 +1,13 @@
 """Sweep the generated programs' schedules on a GPU: correctness of every sampled schedule, and the
 figures of the generators' issue (eager, torch.compile, default schedule, best of the sweep, floor).
 
-    PYTHONPATH=. python3 bench/sweep.py [--tasks NAME ...] [--evals 24] [--shard 0/2] [--deadline S] [--out DIR]
+    PYTHONPATH=. python3 bench/sweep.py [--tasks NAME ...] [--evals 24 | --record-all MAX] [--shard 0/2]
+                                        [--deadline S] [--out DIR]
 
 For each example task the code generators accept: start an evaluator, measure the baselines,
 evaluate the default schedule and then legal schedules drawn at random (at most --evals in all;
-the whole space when it is smaller), and record every verdict in a project file
+the whole space when it is smaller; with --record-all, every legal schedule of the spaces of at most
+MAX schedules: dense records for `cuda-agent train`), and record every verdict in a project file
 (OUT/projects/TASK.cuagent), so the sweep can be replayed and used to train policies. Writes
 OUT/sweep.json after each task and OUT/sweep.md at the end; stops starting tasks once --deadline
 seconds have passed since it started, so a run ends inside the device's time limit with what it measured.
@@ -134,6 +136,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", nargs="*", help="task names (default: every example the generators accept)")
     ap.add_argument("--evals", type=int, default=24, help="evaluations per task, default schedule included")
+    ap.add_argument("--record-all", type=int, metavar="MAX", default=0,
+                    help="a training record instead of the issue's sweep: every legal schedule of each task "
+                         "whose space has at most MAX of them (larger spaces are skipped and listed)")
     ap.add_argument("--shard", default="0/1", help="I/N: this run takes every N-th task from the I-th")
     ap.add_argument("--deadline", type=float, default=540.0, help="start no task after this many seconds")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -141,6 +146,8 @@ def main() -> int:
     started = time.monotonic()   # the deadline counts the generators' time too
     if not 1 <= args.evals <= 200:
         ap.error("--evals must be 1 to 200 (the issue allows a sweep of at most 200 evaluations)")
+    if args.record_all < 0:
+        ap.error("--record-all takes the largest space to record whole, a positive number")
     shard, shards = (int(v) for v in args.shard.split("/"))
     out = Path(args.out)
     projects = out / "projects"
@@ -162,8 +169,17 @@ def main() -> int:
             log(f"deadline: {task.name} and later tasks not started")
             results.setdefault("not_started", []).append(task.name)
             continue
+        evals = args.evals
+        if args.record_all:
+            n_legal = sum(1 for _ in ScheduleSpace.from_program(gen.program, task, constraints=gen.space_constraints)
+                          .enumerate(cap=args.record_all + 1))
+            if n_legal > args.record_all:
+                log(f"{task.name}: more than {args.record_all} legal schedules, not recorded whole")
+                results.setdefault("too_large", []).append(task.name)
+                continue
+            evals = n_legal
         try:
-            row = sweep_task(task, gen, args.evals, projects)
+            row = sweep_task(task, gen, evals, projects)
             results["gpu"] = results.get("gpu") or _gpu_name()
         except Exception as exc:   # one task's failure must not lose the others' figures
             row = {"task": task.name, "error": f"{type(exc).__name__}: {exc}"}

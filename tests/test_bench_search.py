@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.cli import main
-from core.search.benchmark import Trial, compare, markdown, median_to_target, run_trial, score
+from core.search.benchmark import Trial, compare, default_misses, markdown, median_to_target, run_trial, score
 from tests.support.replay_run import made_up_ms, record_project
 
 
@@ -32,6 +32,16 @@ def test_score_scale_and_missed_targets():
     assert score(1, 1) is None
     trials = [Trial("r", "t", "p", s, hit, 50, None, 1.0) for s, hit in enumerate([5, None, 7])]
     assert median_to_target(trials, budget=50) == 7          # the miss counts as budget + 1 = 51
+
+
+def test_records_whose_default_meets_the_target_are_set_apart():
+    # Record "easy": the default is already within 97 % (every trial scores 1); "hard": it is not.
+    trials = [Trial(rec, rec, p, 0, hit, 50, None, 1.0)
+              for rec, hits in (("easy", {"random": 1, "ppo": 1}), ("hard", {"random": 20, "ppo": 6}))
+              for p, hit in hits.items()]
+    assert [t.record for t in default_misses(trials)] == ["hard", "hard"]
+    table = markdown(trials, 50)
+    assert "| **tasks whose default misses the target (1)** | 20 | 6 | 0.74 |" in table
 
 
 def test_compare_always_includes_random_and_writes_a_table(record):

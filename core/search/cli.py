@@ -349,7 +349,7 @@ def _record_files(paths: list[str]) -> tuple[list[Path], list[str]]:
 def cmd_train(args: argparse.Namespace) -> int:
     from core.project import ProjectError
 
-    from .benchmark import compare, markdown, overall
+    from .benchmark import compare, default_misses, markdown, overall
     from .training import describe_records, split_records, train
 
     files, missing = _record_files(args.records)
@@ -404,6 +404,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     medians = overall(trials, args.eval_budget)
     console.print(f"held out, median over tasks and seeds: ppo {medians['ppo']:g}, ppo-untrained "
                   f"{medians['ppo-untrained']:g}, random {medians['random']:g} evaluations to 97 % of the best")
+    misses = default_misses(trials)
+    if misses and len(misses) < len(trials):
+        medians = overall(misses, args.eval_budget)
+        console.print(f"held out, the {len({t.record for t in misses})} tasks whose default misses the target: ppo "
+                      f"{medians['ppo']:g}, ppo-untrained {medians['ppo-untrained']:g}, random {medians['random']:g}")
     return EXIT_OK
 
 
