@@ -79,11 +79,23 @@ def test_interpreted_ir_matches_model_on_cpu(name):
 
 
 def test_unsupported_op_message_names_op_and_task():
+    # Three picks per row: not the one-per-row pick (cross-entropy's) that row groups lower.
+    source = HEADER + '''
+class Model(nn.Module):
+    def forward(self, x, i):
+        return torch.gather(x, 1, i) * 2.0
+
+def get_inputs():
+    return [torch.randn(300, 64), torch.randint(0, 64, (300, 3))]
+
+def get_init_inputs():
+    return []
+'''
     with pytest.raises(CodegenError) as info:
-        generate(load("loss_cross_entropy"))               # log_softmax, then gather: an indexing op
+        generate(load_task_from_source(source, "three_picks"))
     text = str(info.value)
-    assert "'loss_cross_entropy'" in text and "'gather.default'" in text and "\n" not in text
-    assert info.value.ops == ["gather.default"] and info.value.task == "loss_cross_entropy"
+    assert "'three_picks'" in text and "'gather.default'" in text and "\n" not in text
+    assert info.value.ops == ["gather.default"] and info.value.task == "three_picks"
     with pytest.raises(CodegenError) as info:
         generate(load("fused_swiglu_bf16"))
     # The op that computes is named first; the weight transpose (a permute) is listed after it.

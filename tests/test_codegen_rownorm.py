@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import core.codegen.lower_rownorm as rn
 from core.codegen import CodegenError, Graph, generate, generate_from_graph
@@ -150,6 +151,13 @@ def _randn(*shape: int, scale: float = 1.0, shift: float = 0.0, seed: int = 0,
     return (torch.randn(shape, generator=_gen(seed)) * scale + shift).to(dtype)
 
 
+def _targets(rows: int, classes: int) -> torch.Tensor:
+    """Class indices, every seventh ignored (-100, PyTorch's default ignore_index)."""
+    t = torch.randint(0, classes, (rows,), generator=_gen(11))
+    t[::7] = -100
+    return t
+
+
 def _task_model(name: str, *init: Any) -> torch.nn.Module:
     """The task's Model built with other init arguments (smaller rows)."""
     namespace: dict[str, Any] = {}
@@ -224,6 +232,17 @@ CASES: dict[str, tuple[torch.nn.Module, list[torch.Tensor], list[str]]] = {
     "log_softmax_last_bf16": (Fn(lambda m, x: torch.log_softmax(x, -1)), [_randn(4, 3, 260, scale=4.0,
                                                                                   dtype=torch.bfloat16)], ["x"]),
     "softmax_scaled": (Fn(lambda m, x: torch.softmax(x, -1) * 2.0 - 0.5), [_randn(6, 129, scale=3.0)], ["x"]),
+    # gather picks one element per row (the target class): a masked row sum in the row group.
+    "cross_entropy": (_task_model("loss_cross_entropy"), [_randn(300, 70, scale=3.0), _targets(300, 70)],
+                      ["logits", "targets"]),
+    "nll_per_row": (Fn(lambda m, x, t: F.nll_loss(x, t, reduction="none")), [_randn(280, 33), _targets(280, 33)],
+                    ["x", "targets"]),
+    # Class weights: two picks per row (the weighted value and the weight, for the weighted mean).
+    "nll_weighted": (Fn(lambda m, x, t: F.nll_loss(x, t, weight=m.w), w=_randn(40, seed=12).abs() + 0.1),
+                     [_randn(300, 40), _targets(300, 40)], ["x", "targets"]),
+    "cross_entropy_sum_bf16": (Fn(lambda m, x, t: F.cross_entropy(x, t, reduction="sum")),
+                               [_randn(270, 50, scale=3.0, dtype=torch.bfloat16), _targets(270, 50)],
+                               ["x", "targets"]),
     "strided_stats": (Fn(_strided_stats, w=_randn(16, 1, seed=8), b=_randn(1, 40, seed=9)),
                       [_randn(4, 16, 40, scale=2.0, shift=50.0, seed=10)], ["x"]),
 }
@@ -385,6 +404,9 @@ EMULATED = [
     ("softmax_last", {"CACHE": 1, "ROW_MODE": 1, "BLOCK": 64, "VEC": 2, "ITEMS": 2}, False),   # a warp per row
     ("log_softmax_last_bf16", {"CACHE": 2, "ROW_MODE": 0, "BLOCK": 32, "VEC": 4, "ITEMS": 2}, False),
     ("softmax_scaled", {"CACHE": 1, "ROW_MODE": 0, "BLOCK": 32, "VEC": 1, "ITEMS": 4}, True),
+    ("cross_entropy", {"CACHE": 2, "ROW_MODE": 0, "BLOCK": 32, "VEC": 2, "ITEMS": 1}, True),
+    ("cross_entropy", {"CACHE": 1, "ROW_MODE": 1, "BLOCK": 64, "VEC": 1, "ITEMS": 2}, False),
+    ("nll_per_row", {"ROW_MODE": 0, "BLOCK": 32, "VEC": 1, "ITEMS": 1}, True),
     # Strided rows: COLW threads side by side, BLOCK / COLW along each row.
     ("softmax_dim1_fp16", {"CACHE": 2, "BLOCK": 64, "COLW": 8, "VEC": 2, "ITEMS": 2}, True),
     ("softmax_dim1_fp16", {"CACHE": 1, "BLOCK": 128, "COLW": 4, "VEC": 4, "ITEMS": 1}, False),
@@ -444,6 +466,18 @@ def test_softmaxes_split_into_row_groups_when_their_rows_fit():
     # A total over values with no row statistics stays one reduction.
     mse = _meta_graph(Fn(lambda m, x, y: ((x - y) ** 2).mean()), [(300, 64), (300, 64)])
     assert generate_from_graph(mse).family == "reduce"
+
+
+def test_gathers_other_than_one_pick_per_row_are_refused_clearly():
+    # A pick per column, and cross-entropy over a middle dim (strided rows): gather stays, and the
+    # message says which gathers are lowered.
+    for fn, shapes, idx in ((lambda m, x, i: torch.gather(x, 0, i), [(64, 300)], (1, 300)),
+                            (lambda m, x, i: F.cross_entropy(x, i), [(8, 40, 30)], (8, 30))):
+        graph = capture_module(Fn(fn).to("meta"), [torch.empty(shapes[0], device="meta"),
+                                                   torch.empty(idx, dtype=torch.int64, device="meta")], "g", ["x", "i"])
+        with pytest.raises(CodegenError, match=r"no code generator lowers 'gather.default' .* it is only lowered when "
+                                               r"it picks one element per row along the last dim"):
+            generate_from_graph(graph)
 
 
 def test_constraints_mask_what_the_kernel_cannot_do():

@@ -37,7 +37,7 @@ from core.codegen.errors import CodegenError
 from core.codegen.graph import Graph, Node, Ref
 from core.codegen.partition import (FAMILIES, Group, Partition, anchor_family, canonicalize, family_lower,
                                     family_module, is_view, partition, reshape_exprs)
-from core.codegen.pointwise_ops import is_pointwise
+from core.codegen.pointwise_ops import IOTA, is_pointwise
 from core.codegen.schedule import Constraint, Knob, ScheduleSpec
 
 
@@ -161,6 +161,10 @@ def _lower_all(canon: Graph, graph: Graph) -> tuple[Partition, list[Any], list[s
 
 
 def _lower_group(g: Group, kernel: str) -> Any:
+    if g.family != "rownorm" and any(n.op == IOTA for n in g.graph.nodes):
+        raise CodegenError(f"Task '{g.graph.task}': a gather that picks one element per row is lowered only in a "
+                           f"row group (rownorm); here it landed in a {g.family} group.", task=g.graph.task,
+                           ops=["gather.default"])
     try:
         lowering = family_lower(g.family)(g.graph, kernel)
     except CodegenError:

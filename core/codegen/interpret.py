@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from core.codegen.graph import Graph, Ref
+from core.codegen.pointwise_ops import IOTA
 
 _DTYPE_ATTRS = {"dtype"}
 
@@ -33,6 +34,11 @@ def interpret(graph: Graph, inputs: dict[str, torch.Tensor]) -> list[torch.Tenso
     for node in graph.nodes:
         if node.op == "getitem":
             env[node.name] = env[node.operands[0].name][node.attrs["index"]]
+            continue
+        if node.op == IOTA:        # the element's index along a dim (not an ATen op)
+            d, shape = int(node.attrs["dim"]) % len(node.shape), tuple(node.shape)
+            index = torch.arange(shape[d], dtype=torch.int64)
+            env[node.name] = index.view([-1 if k == d else 1 for k in range(len(shape))]).expand(shape)
             continue
         base, _, overload = node.op.partition(".")
         op = getattr(getattr(torch.ops.aten, base), overload)

@@ -61,7 +61,7 @@ from core.codegen.graph import Graph, GraphInput, Node, Ref
 from core.codegen.lower_pointwise import Lowering, _cname
 from core.codegen.lower_reduce import ANCHORS, _acc_code, _acc_fields, _Anchor, _emit_chain, _offset_expr, \
     _parse_anchor, _result_exprs, _var_helper
-from core.codegen.pointwise_ops import is_pointwise
+from core.codegen.pointwise_ops import IOTA, is_pointwise
 from core.codegen.schedule import Knob, ScheduleSpec
 
 Shape = tuple[int, ...]
@@ -618,8 +618,8 @@ def _emit_pass(plan: _Plan, index: int, var: dict[str, tuple[str, str]]) -> list
                 src = f"{i.cname}[kb_{i.cname} + {i.red_off('0')}]"
                 L.append(f"        const {COMPUTE_CTYPE[i.value.dtype]} x_{i.cname} = {load_expr(i.value.dtype, src)};")
                 local[i.value.name] = (f"x_{i.cname}", COMPUTE_CTYPE[i.value.dtype])
-            L += _emit_chain(graph, _element_nodes(graph, [r.anchor.src.name], plan.row_const), local, "s",
-                             "        ")
+            L += _emit_chain(graph, _bind_iotas(plan, _element_nodes(graph, [r.anchor.src.name], plan.row_const),
+                                                local, "0"), local, "s", "        ")
             L += [f"        sh{r.index} = (double)({_reduced_value(r, local)});", "    }"]
     L += ["    for (idx_t t = 0; t < n_tiles; ++t) {"]
     ind = " " * 8
@@ -657,7 +657,7 @@ def _emit_pass(plan: _Plan, index: int, var: dict[str, tuple[str, str]]) -> list
     for o in stores:
         L.append(f"{ind2}vec_t<{o.ctype}, VEC> O_{o.cname};")
     L += [f"{ind2}#pragma unroll", f"{ind2}for (int k = 0; k < VEC; ++k) {{"]
-    if reds:
+    if reds or any(n.op == IOTA for n in _element_nodes(graph, sinks, plan.row_const)):
         L.append(f"{ind2}    const idx_t j = c * VEC + k;   // the element's index in the row")
     ind3 = ind2 + " " * 4
     local = dict(var)
@@ -665,7 +665,8 @@ def _emit_pass(plan: _Plan, index: int, var: dict[str, tuple[str, str]]) -> list
         raw = f"G_{i.cname}[it]" if i.kind == "chunk" else f"L_{i.cname}[it].v[k]"
         L.append(f"{ind3}const {COMPUTE_CTYPE[i.value.dtype]} x_{i.cname} = {load_expr(i.value.dtype, raw)};")
         local[i.value.name] = (f"x_{i.cname}", COMPUTE_CTYPE[i.value.dtype])
-    L += _emit_chain(graph, _element_nodes(graph, sinks, plan.row_const), local, "e", ind3)
+    L += _emit_chain(graph, _bind_iotas(plan, _element_nodes(graph, sinks, plan.row_const), local, "j"), local, "e",
+                     ind3)
     for r in reds:
         sh = f"sh{r.index}" if r.anchor.kind in ("var", "std", "var_mean", "std_mean") else "0.0"
         L.append(f"{ind3}a{r.index}::acc_add(A{r.index}, {_reduced_value(r, local)}, j, {sh});")
@@ -687,6 +688,21 @@ def _emit_pass(plan: _Plan, index: int, var: dict[str, tuple[str, str]]) -> list
         for r in reds:
             L += _emit_results(r, var)
     return L
+
+
+def _bind_iotas(plan: _Plan, nodes: list[Node], var: dict[str, tuple[str, str]], j: str) -> list[Node]:
+    """The element's index along a reduced dim (IOTA nodes) from its index j in the row: bound in
+    `var`; returns the other nodes. Rows reduced along more dims would need j split up; refused."""
+    red = [d for d in range(len(plan.space)) if plan.reduced[d]]
+    for n in nodes:
+        if n.op == IOTA:
+            d = int(n.attrs["dim"]) % len(plan.space)
+            if plan.layout != "rows" or tuple(n.shape) != plan.space or red != [d]:
+                raise _error(plan.graph, f"the element index along dim {d} ('{n.name}', from a gather) is lowered "
+                                         f"for contiguous rows reduced along that one dim; these rows are "
+                                         f"{list(plan.space)} over {red}.", [n.op])
+            var[n.name] = (f"((long long)({j}))", "long long")
+    return [n for n in nodes if n.op != IOTA]
 
 
 def _reduced_value(r: _Reduction, var: dict[str, tuple[str, str]]) -> str:
@@ -991,7 +1007,8 @@ def _emit_cols_pass(plan: _Plan, index: int, var: dict[str, tuple[str, str]]) ->
                 src = f"(active ? {_cols_element(i, '0')} : ({i.ctype})0)"
                 L.append(f"        const {COMPUTE_CTYPE[i.value.dtype]} x_{i.cname} = {load_expr(i.value.dtype, src)};")
                 local[i.value.name] = (f"x_{i.cname}", COMPUTE_CTYPE[i.value.dtype])
-            L += _emit_chain(graph, _element_nodes(graph, [r.anchor.src.name], plan.row_const), local, "s",
+            L += _emit_chain(graph, _bind_iotas(plan, _element_nodes(graph, [r.anchor.src.name], plan.row_const),
+                                                local, "0"), local, "s",
                              "        ")
             L += [f"        sh{r.index}[k] = (double)({_reduced_value(r, local)});", "    }"]
     L.append("    for (idx_t t = 0; t < n_tiles; ++t) {")
@@ -1032,7 +1049,8 @@ def _emit_cols_pass(plan: _Plan, index: int, var: dict[str, tuple[str, str]]) ->
         raw = f"G_{i.cname}[it]" if i.kind == "chunk" else f"L_{i.cname}[it].v[k]"
         L.append(f"{ind3}const {COMPUTE_CTYPE[i.value.dtype]} x_{i.cname} = {load_expr(i.value.dtype, raw)};")
         local[i.value.name] = (f"x_{i.cname}", COMPUTE_CTYPE[i.value.dtype])
-    L += _emit_chain(graph, _element_nodes(graph, sinks, plan.row_const), local, "e", ind3)
+    L += _emit_chain(graph, _bind_iotas(plan, _element_nodes(graph, sinks, plan.row_const), local, "j"), local, "e",
+                     ind3)
     for r in reds:
         sh = f"sh{r.index}[k]" if r.anchor.kind in ("var", "std", "var_mean", "std_mean") else "0.0"
         L.append(f"{ind3}a{r.index}::acc_add(A{r.index}[k], {_reduced_value(r, local)}, j, {sh});")

@@ -54,7 +54,7 @@ from core.codegen.errors import CodegenError
 from core.codegen.graph import Graph, GraphInput, Node, Ref
 from core.codegen.lower_rowreduce import SOFTMAXES, is_rowreduce
 from core.codegen.lower_rownorm import row_signature, rows_fit
-from core.codegen.pointwise_ops import CONSTANT_OPS, is_pointwise
+from core.codegen.pointwise_ops import CONSTANT_OPS, IOTA, is_pointwise
 
 Shape = tuple[int, ...]
 
@@ -364,6 +364,8 @@ def canonicalize(graph: Graph, rows: bool = False) -> Graph:
             _split_softmax(b, n)
         elif rows and _two_level(b, n):
             pass
+        elif rows and _gather_as_pick(b, n):
+            pass
         elif n.op == "var_mean.correction" and not _is_anchor_of("reduce", n, b.view):
             split.add(n.name)
         elif n.op == "getitem" and n.operands[0].name in split:
@@ -423,6 +425,33 @@ def _split_softmax(b: _Builder, n: Node) -> None:
         b.add(last, "sub.Tensor", [s, lz], {"alpha": 1}, full, ct)
     if last != n.name:
         b.to_copy(n.name, Ref(last), n.dtype, full)
+
+
+def _gather_as_pick(b: _Builder, n: Node) -> bool:
+    """gather(v, idx, d) with one index per row of v along d (idx has v's shape with 1 at d, as
+    cross-entropy and NLL pick the target class) as the masked row sum
+    sum(where(iota_d == idx, v, 0), d, keepdim): a reduction over rows a row group takes, so the row
+    is read once for its statistics and the pick. The sum adds zeros to the one picked value in
+    double, which is exact. Anything else keeps its gather (no family lowers it)."""
+    if n.op != "gather.default" or n.attrs.get("sparse_grad") or len(n.operands) != 2 or \
+            not all(isinstance(o, Ref) for o in n.operands):
+        return False
+    v, idx = b.view.value(n.operands[0].name), b.view.value(n.operands[1].name)
+    rank = len(v.shape)
+    if rank == 0 or len(idx.shape) != rank or idx.dtype != "int64" or v.dtype not in _COMPUTE:
+        return False
+    d = int(n.attrs["dim"]) % rank
+    full = tuple(v.shape)
+    kept = tuple(1 if k == d else s for k, s in enumerate(full))
+    if tuple(idx.shape) != kept or not rows_fit(full, (d,)):
+        return False
+    iota = b.add(b.fresh(f"{n.name}_iota"), IOTA, [], {"dim": d}, full, "int64")
+    hit = b.add(b.fresh(f"{n.name}_hit"), "eq.Tensor", [iota, n.operands[1]], {}, full, "bool")
+    zero = b.add(b.fresh(f"{n.name}_zero"), "scalar_tensor.default", [],
+                 {"s": 0, "dtype": v.dtype, "layout": None, "device": None, "pin_memory": None}, (), v.dtype)
+    picked = b.add(b.fresh(f"{n.name}_masked"), "where.self", [hit, n.operands[0], zero], {}, full, v.dtype)
+    b.add(n.name, "sum.dim_IntList", [picked], {"dim": [d], "keepdim": True, "dtype": None}, kept, v.dtype)
+    return True
 
 
 def _rows_take(n: Node, graph: Graph) -> bool:
@@ -724,6 +753,11 @@ class _Planner:
             d.leaves |= leaves
         if node.name in self.sig:
             d.sig, d.anchors, d.operands = self.sig[node.name], [node.name], {node.name: d.operand}
+            if any(self.values[v].op == IOTA for v in d.prologue):
+                # A gather's pick (partition._gather_as_pick): only row groups lower the element index.
+                fit = self.rows_space(d, d.anchors, d.operands, d.prologue | d.epilogue, d.roots)
+                if fit is not None:
+                    d.family, (d.space, d.reduced) = "rownorm", fit
         self.drafts.append(d)
         self.owner[node.name] = d.index
         for r in d.results:
@@ -831,9 +865,10 @@ class _Planner:
             return
         node = self.values[root]
         if not is_pointwise(node) and root not in self.view:
+            where = ("when it picks one element per row along the last dim, as cross-entropy and NLL do"
+                     if node.base == "gather" else "next to the anchor it belongs with (a flip around a cumsum/cumprod)")
             raise CodegenError(f"Task '{self.g.task}': no code generator lowers '{node.op}' (node '{root}', "
-                               f"{node.dtype}{list(node.shape)}) here; it is only lowered next to the "
-                               f"anchor it belongs with (a flip around a cumsum/cumprod).",
+                               f"{node.dtype}{list(node.shape)}) here; it is only lowered {where}.",
                                task=self.g.task, ops=[node.op])
         for d in reversed(self.drafts):
             if d.anchor is not None or self.numel(root) != self.numel(d.roots[0]):

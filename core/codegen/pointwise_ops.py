@@ -19,6 +19,9 @@ COMPARISONS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": "
 # Ops that only pass values through or create constants.
 IDENTITY_OPS = {"clone", "alias", "_to_copy", "to", "contiguous", "lift_fresh_copy"}
 CONSTANT_OPS = {"scalar_tensor", "full"}
+# Not an ATen op: the element's index along attrs["dim"] (int64). The partitioner makes it from a
+# gather that picks one element per row (partition._gather_as_pick); only row groups lower it.
+IOTA = "cuda_agent_iota.default"
 
 
 def _is_float(ct: str) -> bool:
@@ -243,6 +246,8 @@ SUPPORTED_OVERLOADS = {
 def is_pointwise(node: Node) -> bool:
     """True when the pointwise family has a lowering for this node (op and overload)."""
     base, _, overload = node.op.partition(".")
+    if node.op == IOTA:
+        return True
     if base in IDENTITY_OPS:
         return base != "_to_copy" or all(node.attrs.get(k) in (None, False) or k == "dtype" or
                                          (k == "memory_format" and node.attrs[k] == "torch.preserve_format")
