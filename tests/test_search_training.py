@@ -77,3 +77,16 @@ def test_training_makes_improving_edits_likelier(record, tmp_path):
     policy.save(weights)
     assert make_policy("ppo", None, weights=weights).trained_on == ["act_gelu"]
     assert _improving_probability(make_policy("ppo", None, weights=weights)) == pytest.approx(after)
+
+
+def test_the_train_command_logs_progress_and_writes_loadable_weights(record, tmp_path, capsys):
+    from core.cli import main
+
+    assert main(["train", str(tmp_path / "missing.cuagent")]) == 2
+    weights = tmp_path / "ppo.json"
+    assert main(["train", str(record), "--out", str(weights), "--rounds", "2", "--budget", "6", "--hold-out", "0"]) == 0
+    out = capsys.readouterr().out
+    # Not a terminal (a log): one line per round instead of a progress bar.
+    assert "round 1 of 2 done" in out and "round 2 of 2 done" in out and f"weights written to {weights}" in out
+    policy = make_policy("ppo", weights=weights)
+    assert policy.meta["trained_on"] == ["act_gelu"] and policy.meta["held_out"] == []

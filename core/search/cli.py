@@ -370,12 +370,16 @@ def cmd_train(args: argparse.Namespace) -> int:
                   f"({', '.join(r.task for r in training)}); held out {len(held)} "
                   f"({', '.join(r.task for r in held) or 'none'})", soft_wrap=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console) as progress:
+                  console=console, disable=not console.is_terminal) as progress:
         bar = progress.add_task("training", total=args.rounds * len(training))
+        episodes: list[Any] = []
 
         def step(episode: Any) -> None:
             reached = "-" if episode.to_target is None else str(episode.to_target)
             progress.update(bar, advance=1, description=f"round {episode.round + 1}: {episode.task} ({reached})")
+            episodes.append(episode)
+            if not console.is_terminal and len(episodes) % len(training) == 0:    # a log: one line per round
+                console.print(f"round {len(episodes) // len(training)} of {args.rounds} done")
 
         policy, report = train(training, rounds=args.rounds, budget=args.budget, seed=args.seed, progress=step)
     medians = report.round_medians(args.budget)
@@ -388,15 +392,22 @@ def cmd_train(args: argparse.Namespace) -> int:
         policy.save(out)
     except OSError as exc:
         return _fail(f"[red]cannot write {out}:[/red] {exc.strerror or exc}")
-    console.print(f"weights written to {out}")
+    console.print(f"weights written to {out}", soft_wrap=True)
     if not held:
         return EXIT_OK
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console) as progress:
+                  console=console, disable=not console.is_terminal) as progress:
         bar = progress.add_task("held-out trials", total=len(held) * 3 * args.seeds)
+        done: list[Any] = []
+
+        def trial_done(t: Any) -> None:
+            progress.update(bar, advance=1, description=f"{t.task} {t.policy}")
+            done.append(t)
+            if not console.is_terminal and len(done) % (3 * args.seeds) == 0:    # a log: one line per record
+                console.print(f"held-out record {len(done) // (3 * args.seeds)} of {len(held)} done ({t.task})")
+
         trials = compare([r.path for r in held], ["ppo", "ppo-untrained"], args.seeds, args.eval_budget,
-                         progress=lambda t: progress.update(bar, advance=1, description=f"{t.task} {t.policy}"),
-                         weights=out)
+                         progress=trial_done, weights=out)
     table = markdown(trials, args.eval_budget)
     console.print(table, soft_wrap=True, markup=False)
     if args.report:
