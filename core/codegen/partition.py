@@ -866,7 +866,8 @@ class _Planner:
         node = self.values[root]
         if not is_pointwise(node) and root not in self.view:
             where = ("when it picks one element per row along the last dim, as cross-entropy and NLL do"
-                     if node.base == "gather" else "next to the anchor it belongs with (a flip around a cumsum/cumprod)")
+                     if node.base == "gather" else
+                     "next to the anchor it belongs with (a flip around a cumsum/cumprod)")
             raise CodegenError(f"Task '{self.g.task}': no code generator lowers '{node.op}' (node '{root}', "
                                f"{node.dtype}{list(node.shape)}) here; it is only lowered {where}.",
                                task=self.g.task, ops=[node.op])
