@@ -1,0 +1,87 @@
+"""The GPU session scripts' CPU-side logic: bench/heldout_live.py's comparison of live runs, and
+bench/sweep.py's choice of schedules and its whole-space recording (made-up projects, no GPU)."""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from core.evaluation.results import Measurement, Timing
+from core.project import CandidateRecord, Project
+from core.search.space import ScheduleSpace
+from core.tasks import load_task
+from tests.support.replay_run import TASK_PATH, search_program
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(path: Path, times_ms: list[float | None], seconds_apart: int) -> None:
+    """A made-up live run: candidates in order, None = a failed one, seconds_apart between verdicts."""
+    program = search_program()
+    schedules = list(ScheduleSpace.from_program(program, load_task(TASK_PATH)).enumerate())
+    records = []
+    for k, ms in enumerate(times_ms):
+        rec = CandidateRecord.from_program(program.with_schedule(schedules[k]), origin="test (made up)")
+        rec.created_at = f"2026-11-30T10:00:{k * seconds_apart:02d}+00:00"
+        rec.evaluated_at = f"2026-11-30T10:00:{k * seconds_apart + 1:02d}+00:00"
+        if ms is None:
+            rec.status, rec.reason = "compile_error", "made up"
+        else:
+            t = Timing(ms, ms, ms, ms, ms, 20)
+            rec.status, rec.measurement = "measured", dataclasses.asdict(Measurement(t))
+        records.append(rec)
+    with Project.create(path, load_task(TASK_PATH)) as project:
+        project.add_candidates(records)
+
+
+def test_heldout_live_counts_evaluations_to_the_best_known(tmp_path, capsys, monkeypatch):
+    runs = tmp_path / "lane0"
+    (runs / "ppo").mkdir(parents=True)
+    (runs / "random").mkdir()
+    _run(runs / "ppo" / "act_gelu.cuagent", [2.0, 1.5, 1.02, 1.0], seconds_apart=2)
+    _run(runs / "random" / "act_gelu.cuagent", [2.0, None, 1.9, 1.8, 1.6], seconds_apart=3)
+    record = tmp_path / "record"
+    record.mkdir()
+    _run(record / "act_gelu.cuagent", [1.0], seconds_apart=1)
+    module = _script("heldout_live")
+    monkeypatch.setattr(sys, "argv", ["heldout_live.py", str(runs), "--record", str(record)])
+    assert module.main() == 0
+    out = capsys.readouterr().out
+    # Best known 1.0 ms: ppo reaches 97 % of it at its 3rd candidate (1.02 ms); random never does
+    # (5 candidates: counted as 6). Rates: 4 verdicts in 7 s, 5 in 13 s.
+    assert "| act_gelu | 1000.0 | 3 | 1000.0 | 34 | 6 | 1600.0 | 23 |" in out
+    assert "ppo: median evaluations to 97% of the best known 3 over 1 tasks" in out
+
+
+def test_sweep_picks_the_default_first_then_distinct_legal_schedules():
+    sweep = _script("sweep")
+    space = ScheduleSpace.from_program(search_program(), load_task(TASK_PATH))
+    picked, n_legal = sweep.pick_schedules(space, 8, "act_gelu")
+    assert n_legal == 20 and picked[0] == space.default() and len(picked) == 8
+    assert len({tuple(sorted(s.items())) for s in picked}) == 8 and all(space.legal(s) for s in picked)
+    whole, _ = sweep.pick_schedules(space, 100, "act_gelu")           # more than the space: all of it
+    assert len(whole) == 20
+    assert sweep.pick_schedules(space, 8, "act_gelu")[0] == picked      # the same draw for the same task
+
+
+def test_sweep_record_all_skips_spaces_larger_than_asked(tmp_path, monkeypatch):
+    sweep = _script("sweep")
+    monkeypatch.setattr(sys, "argv", ["sweep.py", "--record-all", "100", "--tasks", "act_mish", "--out",
+                                      str(tmp_path)])
+    assert sweep.main() == 0                        # act_mish has 169 legal schedules: listed, not evaluated
+    result = json.loads((tmp_path / "sweep.json").read_text())
+    assert result["too_large"] == ["act_mish"] and result["tasks"] == []
+    with pytest.raises(SystemExit):
+        monkeypatch.setattr(sys, "argv", ["sweep.py", "--evals", "201"])
+        sweep.main()
