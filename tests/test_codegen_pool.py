@@ -555,8 +555,11 @@ def test_python_emulation_of_the_window_math(name, schedule):
 
 def test_constraints_mask_what_they_should():
     spec = task_lowering("pool_max2d").spec      # fp32 256x256 -> 128x128, 3x3 stride 2 pad 1
-    base = spec.default()
+    # The default: two outputs per thread, 16-byte loads, the tile's rows fitted (a 4x128 tile).
+    assert spec.default() == {"BLOCK": 256, "ROWS": 4, "OUT_W": 2, "VEC": 4, "SMEM": 0}
+    base = {k.name: k.values[0] for k in spec.knobs}                          # the always-legal fallback
     assert base == {"BLOCK": 256, "ROWS": 2, "OUT_W": 1, "VEC": 1, "SMEM": 0}   # a 2x128 tile fits a row pair
+    assert spec.legal(base)
     assert "16 at most" in spec.why_illegal({**base, "ROWS": 8, "OUT_W": 4, "VEC": 8})
     assert "misaligned" in spec.why_illegal({**base, "VEC": 4})               # OUT_W 1 x stride 2
     assert spec.legal({**base, "ROWS": 4, "OUT_W": 2, "VEC": 4}) and spec.legal({**base, "VEC": 2})
