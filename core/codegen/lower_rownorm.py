@@ -657,16 +657,12 @@ def _emit_pass(plan: _Plan, index: int, var: dict[str, tuple[str, str]]) -> list
     for o in stores:
         L.append(f"{ind2}vec_t<{o.ctype}, VEC> O_{o.cname};")
     L += [f"{ind2}#pragma unroll", f"{ind2}for (int k = 0; k < VEC; ++k) {{"]
-    if reds or any(n.op == IOTA for n in _element_nodes(graph, sinks, plan.row_const)):
+    elements = _element_nodes(graph, sinks, plan.row_const)
+    if reds or any(n.op == IOTA for n in elements):
         L.append(f"{ind2}    const idx_t j = c * VEC + k;   // the element's index in the row")
     ind3 = ind2 + " " * 4
     local = dict(var)
-    for i in ins:
-        raw = f"G_{i.cname}[it]" if i.kind == "chunk" else f"L_{i.cname}[it].v[k]"
-        L.append(f"{ind3}const {COMPUTE_CTYPE[i.value.dtype]} x_{i.cname} = {load_expr(i.value.dtype, raw)};")
-        local[i.value.name] = (f"x_{i.cname}", COMPUTE_CTYPE[i.value.dtype])
-    L += _emit_chain(graph, _bind_iotas(plan, _element_nodes(graph, sinks, plan.row_const), local, "j"), local, "e",
-                     ind3)
+    L += _element_code(plan, ins, elements, local, ind3)
     for r in reds:
         sh = f"sh{r.index}" if r.anchor.kind in ("var", "std", "var_mean", "std_mean") else "0.0"
         L.append(f"{ind3}a{r.index}::acc_add(A{r.index}, {_reduced_value(r, local)}, j, {sh});")
@@ -688,6 +684,18 @@ def _emit_pass(plan: _Plan, index: int, var: dict[str, tuple[str, str]]) -> list
         for r in reds:
             L += _emit_results(r, var)
     return L
+
+
+def _element_code(plan: _Plan, ins: list[_Input], elements: list[Node], var: dict[str, tuple[str, str]],
+                  indent: str) -> list[str]:
+    """One element of each input this pass reads (its tile slot it, vector lane k) into a variable,
+    then the row-varying nodes computed from them (element index j)."""
+    lines = []
+    for i in ins:
+        raw = f"G_{i.cname}[it]" if i.kind == "chunk" else f"L_{i.cname}[it].v[k]"
+        lines.append(f"{indent}const {COMPUTE_CTYPE[i.value.dtype]} x_{i.cname} = {load_expr(i.value.dtype, raw)};")
+        var[i.value.name] = (f"x_{i.cname}", COMPUTE_CTYPE[i.value.dtype])
+    return lines + _emit_chain(plan.graph, _bind_iotas(plan, elements, var, "j"), var, "e", indent)
 
 
 def _bind_iotas(plan: _Plan, nodes: list[Node], var: dict[str, tuple[str, str]], j: str) -> list[Node]:
@@ -1044,13 +1052,9 @@ def _emit_cols_pass(plan: _Plan, index: int, var: dict[str, tuple[str, str]]) ->
     L += [f"{ind2}vec_t<{o.ctype}, VEC> O_{o.cname};" for o in stores]
     L += [f"{ind2}#pragma unroll", f"{ind2}for (int k = 0; k < VEC; ++k) {{   // row r0 + k"]
     ind3 = ind2 + " " * 4
+    elements = _element_nodes(graph, sinks, plan.row_const)
     local = dict(var)
-    for i in ins:
-        raw = f"G_{i.cname}[it]" if i.kind == "chunk" else f"L_{i.cname}[it].v[k]"
-        L.append(f"{ind3}const {COMPUTE_CTYPE[i.value.dtype]} x_{i.cname} = {load_expr(i.value.dtype, raw)};")
-        local[i.value.name] = (f"x_{i.cname}", COMPUTE_CTYPE[i.value.dtype])
-    L += _emit_chain(graph, _bind_iotas(plan, _element_nodes(graph, sinks, plan.row_const), local, "j"), local, "e",
-                     ind3)
+    L += _element_code(plan, ins, elements, local, ind3)
     for r in reds:
         sh = f"sh{r.index}[k]" if r.anchor.kind in ("var", "std", "var_mean", "std_mean") else "0.0"
         L.append(f"{ind3}a{r.index}::acc_add(A{r.index}[k], {_reduced_value(r, local)}, j, {sh});")

@@ -1103,11 +1103,7 @@ def _subgraph(p: _Planner, d: _Draft, index: int, outputs: list[str], buffer_of:
     positions = {v.name: i for i, v in enumerate(g.inputs)}
 
     def read(value: str, layout: Shape) -> str:
-        if value in buffer_of:
-            base, base_shape, kind = buffer_of[value].name, buffer_of[value].shape, "buffer"
-        else:
-            src = p.values[value]
-            base, base_shape, kind = value, tuple(src.shape), src.kind
+        base, base_shape, kind = _source(p, buffer_of, value)
         shape = layout
         if pointwise and _strip_ones(layout) == _strip_ones(base_shape) and len(base_shape) <= len(layout):
             shape = base_shape        # right-aligned broadcasting reads it as it is
@@ -1187,6 +1183,15 @@ def _subgraph(p: _Planner, d: _Draft, index: int, outputs: list[str], buffer_of:
                  sorted(d.epilogue - p.view, key=p.order.get))
 
 
+def _source(p: _Planner, buffer_of: dict[str, BufferDecl], value: str) -> tuple[str, Shape, str]:
+    """(name, shape, kind) of what a group reads for `value`: its buffer when an earlier group
+    stores it, else the graph input or weight itself."""
+    if value in buffer_of:
+        return buffer_of[value].name, buffer_of[value].shape, "buffer"
+    src = p.values[value]
+    return value, tuple(src.shape), src.kind
+
+
 def _subgraph_rows(p: _Planner, d: _Draft, index: int, outputs: list[str], buffer_of: dict[str, BufferDecl],
                    taken: set[str]) -> Group:
     """A row group's sub-graph, in one index space S: inputs and elementwise nodes with their layouts
@@ -1204,11 +1209,7 @@ def _subgraph_rows(p: _Planner, d: _Draft, index: int, outputs: list[str], buffe
     positions = {v.name: i for i, v in enumerate(g.inputs)}
 
     def read(value: str, layout: Shape) -> str:
-        if value in buffer_of:
-            base, base_shape, kind = buffer_of[value].name, buffer_of[value].shape, "buffer"
-        else:
-            src = p.values[value]
-            base, base_shape, kind = value, tuple(src.shape), src.kind
+        base, base_shape, kind = _source(p, buffer_of, value)
         key = (base, layout)
         if key not in read_for:
             name = base if layout == base_shape else _ident(f"{base}_{len(layout)}d", local_taken)
