@@ -13,7 +13,11 @@
 # tests/gpu/test_search_gpu.py) run on GPU 0 before its shard. $OUT gets session.log, gpu-tests.log,
 # one sweep log per shard and one shardI.tar.gz per shard (its sweep.json, sweep.md and projects).
 # DEADLINE (seconds from this script's start, default 480) is what is left to each sweep: no task
-# starts after it, so the call ends inside the device's per-command limit with what it measured.
+# starts that would not end before it (by the cost of the tasks done so far), and a task still
+# running at it stops and keeps what it measured, so the call ends inside the device's per-command limit.
+# TIMED_MS (default 100) is each timing's timed wall time (bench/sweep.py --timed-ms).
+# BEFORE, a shell command, runs on GPU 0 after its tests and before its shard, with $BEFORE_OUT a
+# folder that comes back as before.tar.gz (its output goes to before.log).
 set -uo pipefail
 mode=${1:-speed}
 out=${OUT:-./gpu-session-out}
@@ -58,12 +62,17 @@ run_shard() {   # GPU index i: (tests on GPU 0 first), then its sweep shard with
             > "$out/gpu-tests.log" 2>&1
         echo "gpu tests: exit $? ($(tail -1 "$out/gpu-tests.log"))" | tee -a "$out/session.log"
     fi
+    if [ "$i" -eq 0 ] && [ -n "${BEFORE:-}" ]; then
+        mkdir -p "$out/before"
+        CUDA_VISIBLE_DEVICES=0 BEFORE_OUT="$out/before" bash -c "$BEFORE" > "$out/before.log" 2>&1
+        echo "before: exit $? after ${SECONDS} s" | tee -a "$out/session.log"
+    fi
     local left=$((deadline - SECONDS))
     local task_args=()
     if [ "${#tasks[@]}" -gt 0 ]; then task_args=(--tasks "${tasks[@]}"); fi
     mkdir -p "$out/shard$i"
     CUDA_VISIBLE_DEVICES=$i python3 bench/sweep.py "${args[@]}" "${task_args[@]}" \
-        --shard "$((shard_base + i))/$shard_total" --deadline "$left" --out "$out/shard$i" \
+        --timed-ms "${TIMED_MS:-100}" --shard "$((shard_base + i))/$shard_total" --deadline "$left" --out "$out/shard$i" \
         > "$out/sweep-shard$i.log" 2>&1
 }
 
@@ -73,6 +82,7 @@ for ((i = 0; i < gpus; i++)); do
     pids+=($!)
 done
 for pid in "${pids[@]}"; do wait "$pid"; done
+if [ -d "$out/before" ]; then tar -czf "$out/before.tar.gz" -C "$out" before && rm -rf "${out:?}/before"; fi
 for ((i = 0; i < gpus; i++)); do
     # One archive per shard (sweep.json, sweep.md, the projects): the device returns at most 8 files.
     rm -f "$out/shard$i/sweep-projects.tar.gz"   # the projects go in whole, once

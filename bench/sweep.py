@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from core.codegen import CodegenError, generate  # noqa: E402
-from core.evaluation import Evaluator  # noqa: E402
+from core.evaluation import Evaluator, SupervisorSettings  # noqa: E402
 from core.evaluation.gpuinfo import gpu_key  # noqa: E402
 from core.project import CandidateRecord, Project  # noqa: E402
 from core.search.space import ScheduleSpace  # noqa: E402
@@ -51,7 +51,9 @@ def pick_schedules(space: ScheduleSpace, evals: int, seed: str) -> tuple[list[di
     return [default] + rest[:max(0, evals - 1)], len(legal)
 
 
-def sweep_task(task, gen, evals: int, projects: Path) -> dict:
+def sweep_task(task, gen, evals: int, projects: Path, settings: SupervisorSettings, stop_at: float) -> dict:
+    """Evaluate the task's schedules; at the monotonic time `stop_at` stop evaluating and keep what
+    was measured (the row says "truncated")."""
     space = ScheduleSpace.from_program(gen.program, task, constraints=gen.space_constraints)
     schedules, n_legal = pick_schedules(space, evals, task.name)
     row: dict = {"task": task.name, "family": gen.family, "legal_schedules": n_legal, "failures": [],
@@ -60,7 +62,7 @@ def sweep_task(task, gen, evals: int, projects: Path) -> dict:
     path = projects / f"{task.name}.cuagent"
     path.unlink(missing_ok=True)
     candidates = [gen.program.with_schedule(s) for s in schedules]
-    with Evaluator(task) as ev, Project.create(path, task) as project, ThreadPoolExecutor(4) as compiles:
+    with Evaluator(task, settings=settings) as ev, Project.create(path, task) as project, ThreadPoolExecutor(4) as compiles:
         ev.start()
         project.set_hardware(ev.gpu)
         for candidate in candidates:   # NVRTC on the CPU pool while the GPU measures the baselines
@@ -72,7 +74,13 @@ def sweep_task(task, gen, evals: int, projects: Path) -> dict:
         row["compile_ms"] = b.compile.median_ms if b.compile else None
         row["compile_error"] = b.compile_error
         best = None
+        row["evaluated"] = 0
         for i, (schedule, candidate) in enumerate(zip(schedules, candidates)):
+            if time.monotonic() > stop_at:
+                row["truncated"] = True
+                compiles.shutdown(wait=False, cancel_futures=True)
+                break
+            row["evaluated"] = i + 1
             rec = CandidateRecord.from_program(candidate, origin="sweep:default" if i == 0 else "sweep:random")
             project.add_candidate(rec)
             result = ev.evaluate(candidate)
@@ -86,7 +94,6 @@ def sweep_task(task, gen, evals: int, projects: Path) -> dict:
                 row["default_ms"] = m.median_ms
             if best is None or m.median_ms < best.median_ms:
                 best, row["best_schedule"] = m, schedule
-        row["evaluated"] = len(schedules)
         row["seconds"] = time.perf_counter() - t0
         if best is not None:
             row.update(best_ms=best.median_ms, floor_ms=best.floor_ms, best_fraction=best.roofline_fraction,
@@ -95,6 +102,36 @@ def sweep_task(task, gen, evals: int, projects: Path) -> dict:
             row["vs_best_baseline"] = min(rivals) / best.median_ms if rivals else None
             row["target_met"] = bool((best.roofline_fraction or 0) >= 0.90 or (row["vs_best_baseline"] or 0) >= 1.05)
     return row
+
+
+def _mean(values: list[float], default: float) -> float:
+    return sum(values) / len(values) if values else default
+
+
+def _whole_spaces(todo: list, largest: int, results: dict) -> list:
+    """The tasks whose whole space has at most `largest` legal schedules; the others are listed."""
+    kept = []
+    for task, gen, n_legal in todo:
+        if n_legal > largest:
+            log(f"{task.name}: {n_legal} legal schedules, more than {largest}: not recorded whole")
+            results.setdefault("too_large", []).append(task.name)
+        else:
+            kept.append((task, gen, n_legal))
+    return kept
+
+
+def _shard(todo: list, shard: int, shards: int) -> list:
+    """Shards of about equal cost (a task costs its start and baselines plus its evaluations):
+    the largest task goes to the least loaded shard first. Each shard runs its tasks smallest
+    first, so a deadline leaves out the fewest tasks."""
+    load = [0.0] * shards
+    mine = []
+    for item in sorted(todo, key=lambda t: (-t[2], t[0].name)):
+        i = min(range(shards), key=lambda k: (load[k], k))
+        load[i] += 60 + item[2]          # a task's start is worth about 60 evaluations
+        if i == shard:
+            mine.append(item)
+    return sorted(mine, key=lambda t: (t[2], t[0].name))
 
 
 def us(ms) -> str:
@@ -141,6 +178,8 @@ def main() -> int:
                          "whose space has at most MAX of them (larger spaces are skipped and listed)")
     ap.add_argument("--shard", default="0/1", help="I/N: this run takes every N-th task from the I-th")
     ap.add_argument("--deadline", type=float, default=540.0, help="start no task after this many seconds")
+    ap.add_argument("--timed-ms", type=float, default=SupervisorSettings.timed_ms,
+                    help="wall time of each timing's repetitions (at least 20 are run)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
     started = time.monotonic()   # the deadline counts the generators' time too
@@ -159,27 +198,31 @@ def main() -> int:
     for name in names:
         task = load_task(TASKS / f"{name}.py")
         try:
-            todo.append((task, generate(task)))
+            gen = generate(task)
+            space = ScheduleSpace.from_program(gen.program, task, constraints=gen.space_constraints)
+            todo.append((task, gen, sum(1 for _ in space.enumerate(cap=100_000))))
         except CodegenError as exc:
             results["skipped"].append((name, str(exc)[:300]))
-    todo = todo[shard::shards]
+    if args.record_all:
+        todo = _whole_spaces(todo, args.record_all, results)
+    todo = _shard(todo, shard, shards) if args.record_all else todo[shard::shards]
     log(f"{len(todo)} tasks to sweep, {len(results['skipped'])} not generated")
-    for task, gen in todo:
-        if time.monotonic() - started > args.deadline:
-            log(f"deadline: {task.name} and later tasks not started")
+    settings = SupervisorSettings(timed_ms=args.timed_ms)
+    stop_at = started + args.deadline
+    per_task_s, per_eval_s = [], []    # what the finished tasks cost: the estimate for the next one
+    for task, gen, n_legal in todo:
+        evals = n_legal if args.record_all else min(args.evals, n_legal)
+        estimate = _mean(per_task_s, 20.0) + evals * _mean(per_eval_s, 0.3)
+        if time.monotonic() + estimate > stop_at:
+            log(f"deadline: {task.name} not started (about {estimate:.0f} s, "
+                f"{stop_at - time.monotonic():.0f} s left)")
             results.setdefault("not_started", []).append(task.name)
             continue
-        evals = args.evals
-        if args.record_all:
-            n_legal = sum(1 for _ in ScheduleSpace.from_program(gen.program, task, constraints=gen.space_constraints)
-                          .enumerate(cap=args.record_all + 1))
-            if n_legal > args.record_all:
-                log(f"{task.name}: more than {args.record_all} legal schedules, not recorded whole")
-                results.setdefault("too_large", []).append(task.name)
-                continue
-            evals = n_legal
         try:
-            row = sweep_task(task, gen, evals, projects)
+            row = sweep_task(task, gen, evals, projects, settings, stop_at)
+            per_task_s.append(row["startup_and_baselines_s"])
+            if row["evaluated"]:
+                per_eval_s.append((row["seconds"] - row["startup_and_baselines_s"]) / row["evaluated"])
             results["gpu"] = results.get("gpu") or _gpu_name()
         except Exception as exc:   # one task's failure must not lose the others' figures
             row = {"task": task.name, "error": f"{type(exc).__name__}: {exc}"}

@@ -85,3 +85,19 @@ def test_sweep_record_all_skips_spaces_larger_than_asked(tmp_path, monkeypatch):
     with pytest.raises(SystemExit):
         monkeypatch.setattr(sys, "argv", ["sweep.py", "--evals", "201"])
         sweep.main()
+
+
+def test_sweep_record_all_shards_balance_cost_and_cover_every_task_once():
+    sweep = _script("sweep")
+
+    class T:
+        def __init__(self, name):
+            self.name = name
+
+    todo = [(T(f"t{n}"), None, n) for n in (12, 90, 100, 300, 400, 700, 880, 150)]
+    shards = [sweep._shard(todo, i, 2) for i in range(2)]
+    names = sorted(t.name for s in shards for t, _, _ in s)
+    assert names == sorted(t.name for t, _, _ in todo)                   # each task in exactly one shard
+    cost = [sum(60 + n for _, _, n in s) for s in shards]
+    assert abs(cost[0] - cost[1]) <= 880                                 # no worse than the largest task
+    assert all([n for _, _, n in s] == sorted(n for _, _, n in s) for s in shards)   # smallest first

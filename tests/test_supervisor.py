@@ -30,6 +30,15 @@ def test_good_candidate_is_measured(supervisor):
     assert len(out.samples_ms) == 21
 
 
+def test_the_timed_phase_setting_reaches_the_runner():
+    s = SupervisorSettings(startup_timeout_s=60, timed_ms=250)
+    sup = GpuSupervisor(0, "task", "source", s, runner_target=fake_runner_main, judge_target=fake_judge_main)
+    try:
+        assert len(sup.evaluate(program("ok")).samples_ms) == 51     # the fake times 5 ms per repetition
+    finally:
+        sup.close()
+
+
 def test_work_left_on_another_stream_is_rejected_after_a_second_timing(supervisor):
     out = supervisor.evaluate(program("side_stream"))
     assert out.status is Status.REJECTED and "outside the timed stream" in out.reason

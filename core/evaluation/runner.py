@@ -81,6 +81,7 @@ class Runner:
         from core.tasks import load_task_from_source
 
         self.task = load_task_from_source(msg.source, msg.name)
+        self.timer.settings.min_total_ms = msg.timed_ms
         return P.TaskReady(tolerance=self.task.tolerance())
 
     def materialize(self, s: P.InputSet):

@@ -24,6 +24,7 @@ def _behaviour(artifact) -> str:
 
 def fake_runner_main(conn, device_index, role, scratch):
     timings: dict[str, int] = {}
+    n_samples = 21     # like the timer: at least 20 repetitions, more for a longer timed phase (5 ms each)
     conn.send(P.Ready(role, os.getpid(), dict(GPU), 0.0))
     while True:
         try:
@@ -33,6 +34,7 @@ def fake_runner_main(conn, device_index, role, scratch):
         if isinstance(msg, P.Shutdown):
             os._exit(0)
         if isinstance(msg, P.SetTask):
+            n_samples = max(20, int(msg.timed_ms / 5)) + 1
             conn.send(P.TaskReady((1e-4, 1e-4)))
         elif isinstance(msg, P.Activate):
             conn.send(P.Verdict(True))
@@ -54,7 +56,7 @@ def fake_runner_main(conn, device_index, role, scratch):
                 key = msg.artifact.content_hash if isinstance(msg.artifact, P.ProgramArtifact) else ""
                 timings[key] = timings.get(key, 0) + 1
                 stray = b == "side_stream" or (b == "stray_once" and timings[key] == 1)
-                conn.send(P.TimeDone([1.0 + 0.01 * i for i in range(21)], 0.5 if stray else 0.0, (), 0))
+                conn.send(P.TimeDone([1.0 + 0.01 * i for i in range(n_samples)], 0.5 if stray else 0.0, (), 0))
         elif isinstance(msg, P.TimeBaseline):
             conn.send(P.TimeDone([2.0] * 21, 0.0, (), 0))
 
