@@ -47,9 +47,24 @@ def test_records_whose_default_meets_the_target_are_set_apart():
 def test_compare_always_includes_random_and_writes_a_table(record):
     seen = []
     trials = compare([record], ["evolution"], seeds=2, budget=15, progress=seen.append)
-    assert [t.policy for t in trials] == ["random", "random", "evolution", "evolution"] == [t.policy for t in seen]
+    assert ([t.policy for t in trials] == ["random", "random", "blind", "blind", "evolution", "evolution"]
+            == [t.policy for t in seen])
     table = markdown(trials, 15)
-    assert "| act_gelu |" in table and "evolution score" in table
+    assert "| act_gelu |" in table and "evolution score" in table and "blind: median evals to 97 %" in table
+
+
+def test_blind_sampling_takes_the_default_first_then_a_shuffle_of_the_record(record):
+    trials = [run_trial(record, "blind", seed, budget=30) for seed in range(20)]
+    times = sorted(made_up_ms({"BLOCK": b, "UNROLL": u}) for b in (64, 128, 256, 512, 1024) for u in (1, 2, 4, 8)
+                   if (b, u) != (1024, 8))                         # that one is a compile error in the record
+    good = sum(t <= times[0] / 0.97 for t in times)
+    assert all(t.evaluations == 20 and t.to_target is not None and t.best_ms == pytest.approx(times[0]) for t in trials)
+    assert run_trial(record, "blind", 3, 30) == trials[3]             # the same shuffle for the same seed
+    assert len({t.to_target for t in trials}) > 3                      # different seeds, different orders
+    # The first hit of `good` targets among 20 shuffled candidates: (20 + 1) / (good + 1) on average.
+    mean = sum(t.to_target for t in trials) / len(trials)
+    assert (20 + 1) / (good + 1) / 2 < mean < (20 + 1) / (good + 1) * 2
+    assert run_trial(record, "blind", 0, budget=1).to_target is None   # the default is not within 97 %
 
 
 def test_the_command_reports_missing_records_and_writes_markdown(record, tmp_path, capsys):

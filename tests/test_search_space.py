@@ -138,6 +138,9 @@ def test_reward_formula():
     assert t.reward("measured", 0.9, 0.9, 1.2, 1.0) == 0.0        # milestones pay once
     t2 = RewardTracker()
     assert t2.reward("measured", 0.97, None, 1.2, 1.0) == pytest.approx(1.0)   # beats eager only
+    t3 = RewardTracker()
+    t3.start_from(1.1, 1.2, 1.0)             # the episode starts past eager (1.1 * 1.05 <= 1.2), not compile
+    assert t3.reward("measured", 0.9, 1.1, 1.2, 1.0) == pytest.approx(math.log(1.1 / 0.9) + 2.0)
 
 
 def test_replay_pool_answers_from_the_record(tmp_path):

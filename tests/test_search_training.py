@@ -69,8 +69,8 @@ def test_training_makes_improving_edits_likelier(record, tmp_path):
     info = describe_records([record])[0]
     untrained = make_policy("ppo-untrained", None, seed=0)
     before = _improving_probability(untrained)
-    policy, report = train([info], rounds=40, budget=12, seed=0)
-    assert report.updates > 0 and len(report.round_medians(12)) == 40
+    policy, report = train([info], rounds=100, budget=8, seed=0)
+    assert report.updates > 0 and len(report.round_medians(8)) == 100
     after = _improving_probability(policy)
     assert after > before + 0.15, (before, after)
     weights = tmp_path / "ppo.json"

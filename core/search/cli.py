@@ -322,7 +322,7 @@ def add_train_parser(sub: Any) -> None:
                    help="recorded projects (.cuagent), or folders of them")
     p.add_argument("--out", default=str(PRETRAINED_PPO),
                    help=f"weights file to write (default: the shipped one, {PRETRAINED_PPO})")
-    p.add_argument("--rounds", type=int, default=10, help="passes over the training records (default 10)")
+    p.add_argument("--rounds", type=int, default=30, help="passes over the training records (default 30)")
     p.add_argument("--budget", type=int, default=40, help="evaluations per record and round (default 40)")
     p.add_argument("--hold-out", type=int, default=3, metavar="K",
                    help="hold out every K-th task of each family (default 3; 0 = train on all)")
@@ -397,14 +397,15 @@ def cmd_train(args: argparse.Namespace) -> int:
         return EXIT_OK
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, disable=not console.is_terminal) as progress:
-        bar = progress.add_task("held-out trials", total=len(held) * 3 * args.seeds)
+        per_record = 4 * args.seeds         # random, blind sampling, ppo, ppo-untrained
+        bar = progress.add_task("held-out trials", total=len(held) * per_record)
         done: list[Any] = []
 
         def trial_done(t: Any) -> None:
             progress.update(bar, advance=1, description=f"{t.task} {t.policy}")
             done.append(t)
-            if not console.is_terminal and len(done) % (3 * args.seeds) == 0:    # a log: one line per record
-                console.print(f"held-out record {len(done) // (3 * args.seeds)} of {len(held)} done ({t.task})")
+            if not console.is_terminal and len(done) % per_record == 0:    # a log: one line per record
+                console.print(f"held-out record {len(done) // per_record} of {len(held)} done ({t.task})")
 
         trials = compare([r.path for r in held], ["ppo", "ppo-untrained"], args.seeds, args.eval_budget,
                          progress=trial_done, weights=out)
@@ -412,14 +413,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     console.print(table, soft_wrap=True, markup=False)
     if args.report:
         Path(args.report).write_text(table)
-    medians = overall(trials, args.eval_budget)
-    console.print(f"held out, median over tasks and seeds: ppo {medians['ppo']:g}, ppo-untrained "
-                  f"{medians['ppo-untrained']:g}, random {medians['random']:g} evaluations to 97 % of the best")
-    misses = default_misses(trials)
-    if misses and len(misses) < len(trials):
-        medians = overall(misses, args.eval_budget)
-        console.print(f"held out, the {len({t.record for t in misses})} tasks whose default misses the target: ppo "
-                      f"{medians['ppo']:g}, ppo-untrained {medians['ppo-untrained']:g}, random {medians['random']:g}")
+    for label, subset in (("median over tasks and seeds", trials),
+                          (f"the {len({t.record for t in default_misses(trials)})} tasks whose default misses "
+                           "the target", default_misses(trials))):
+        if subset and (subset is trials or len(subset) < len(trials)):
+            medians = overall(subset, args.eval_budget)
+            console.print(f"held out, {label}: " + ", ".join(f"{p} {m:g}" for p, m in medians.items())
+                          + " evaluations to 97 % of the best")
     return EXIT_OK
 
 

@@ -104,6 +104,10 @@ class Optimizer:
         self.best_ms: float | None = None
         self._by_hash: dict[str, CandidateRecord] = {}
         self._hashes: dict[tuple, str] = {}             # schedule key -> program hash
+        self._unanswered: set[str] = set()              # hashes a replay pool could not answer
+        # Correct candidates per branch, (median, id, schedule): where later episodes start.
+        self._measured: dict[int, list[tuple[float, int, dict[str, int]]]] = {}
+        self._explored: set[tuple] = set()              # schedule keys with no new neighbour left
         self._legal_hashes: list[str] | None = None    # every legal schedule's hash, small spaces only
         self._eager_ms: float | None = None
         self._compile_ms: float | None = None
@@ -187,6 +191,7 @@ class Optimizer:
             if rec.kind != "program" or rec.reason == NOT_RECORDED:
                 continue
             self._by_hash.setdefault(rec.candidate_hash, rec)
+            self._add_measured(rec.branch_id, rec)
             if rec.extra.get("run") in chain and rec.extra.get("counted", True):
                 self.evaluations += 1
         best = self.project.best(1)
@@ -252,20 +257,56 @@ class Optimizer:
 
     def _loop(self) -> str:
         started = time.monotonic()
-        start = _Start(1, None, self.space.default())
+        first = _Start(1, None, self.space.default())     # a branch's first start: its fallback
+        start = first
         idle = 0
         while True:
             with self._lock:
                 if self._pending_fork is not None:
                     start, self._pending_fork = self._pending_fork, None
+                    first = start
+                    root = self.project.candidate(start.candidate_id)
+                    if root is not None:
+                        self._add_measured(start.branch_id, root)
                     self._emit(Forked(start.branch_id, self.project.branch(start.branch_id).name,
                                       start.candidate_id))
             outcome = self._episode(start, started)
+            self.policy.end_episode()
             if outcome in ("stopped", "evaluations", "seconds"):
                 return outcome
             idle = idle + 1 if outcome == "idle" else 0
             if idle >= self.max_idle_episodes or self._space_exhausted():
                 return "exhausted"
+            if outcome != "forked":
+                start = self._next_start(first.branch_id) or first
+
+    def _next_start(self, branch_id: int) -> _Start | None:
+        """The fastest correct candidate of the branch that still has a new neighbour: episodes
+        after the first continue from the best found instead of walking again from the default."""
+        for median, candidate_id, schedule in sorted(self._measured.get(branch_id, []), key=lambda m: m[:2]):
+            key = self.space.key(schedule)
+            if key in self._explored:
+                continue
+            if any(self._proposable(schedule)):
+                return _Start(branch_id, candidate_id, dict(schedule))
+            self._explored.add(key)
+        return None
+
+    def _add_measured(self, branch_id: int, rec: CandidateRecord) -> None:
+        if rec.status == "measured" and rec.median_ms is not None and rec.kind == "program":
+            schedule = {k.name: int(rec.schedule.get(k.name, k.values[0])) for k in self.space.knobs}
+            self._measured.setdefault(branch_id, []).append((rec.median_ms, rec.id, schedule))
+
+    def _proposable(self, schedule: dict[str, int]) -> list[bool]:
+        """The mask of a step: legal edits to schedules with no verdict yet (a known one would
+        cost a step and teach nothing), and in training only those the record answers."""
+        mask = self.space.mask(schedule)
+        for i, ok in enumerate(mask):
+            if ok:
+                h = self._hash(self.space.apply(schedule, i))
+                mask[i] = (h not in self._by_hash and h not in self._unanswered
+                           and (self.unrecorded != "mask" or h in self.pool))
+        return mask
 
     def _state(self, schedule: dict[str, int], step: int, status: str | None, measurement: dict | None,
                median: float | None) -> SearchState:
@@ -295,6 +336,7 @@ class Optimizer:
         parent = self.project.candidate(parent_id)
         prev_ms = parent.median_ms if parent is not None and parent.status == "measured" else None
         tracker = RewardTracker(self.reward_config)
+        tracker.start_from(prev_ms, self._eager_ms, self._compile_ms)
         state = self._state(schedule, 0, parent.status if parent else None, parent.measurement if parent else None,
                             prev_ms)
         new = 0
@@ -305,9 +347,7 @@ class Optimizer:
                 return reason
             if self._pending_fork is not None:
                 return "forked"
-            mask = self.space.mask(schedule)
-            if self.unrecorded == "mask":      # training on a record: only edits it can answer
-                mask = [ok and self._recorded(self.space.apply(schedule, i)) for i, ok in enumerate(mask)]
+            mask = self._proposable(schedule)
             if not any(mask):
                 break
             action = self.policy.propose(state, mask, self.rng)
@@ -346,10 +386,6 @@ class Optimizer:
                                   if size <= EXHAUSTION_CHECK_LIMIT else [])
         return (bool(self._legal_hashes) and len(self._by_hash) >= len(self._legal_hashes)
                 and all(h in self._by_hash for h in self._legal_hashes))
-
-    def _recorded(self, schedule: dict[str, int]) -> bool:
-        h = self._hash(schedule)
-        return h in self.pool or h in self._by_hash
 
     def _hash(self, schedule: dict[str, int]) -> str:
         """The program's content hash at `schedule`, computed once per schedule (masking a record asks
@@ -391,6 +427,9 @@ class Optimizer:
         rec = self.project.candidate(rec.id)
         if result.reason != NOT_RECORDED:
             self._by_hash[h] = rec
+            self._add_measured(branch_id, rec)
+        else:
+            self._unanswered.add(h)
         return result, rec, counted
 
     def _compile_neighbours(self, schedule: dict[str, int]) -> None:

@@ -18,11 +18,19 @@ class RewardConfig:
 
 @dataclass
 class RewardTracker:
-    """Per-episode state: the previous correct time, and milestones reached (paid once per run)."""
+    """Per-episode state: the milestones reached (each pays once per episode)."""
 
     config: RewardConfig = field(default_factory=RewardConfig)
     beat_eager: bool = False
     beat_compile: bool = False
+
+    def start_from(self, median_ms: float | None, eager_ms: float | None, compile_ms: float | None) -> None:
+        """The episode starts at a candidate of this time: milestones it already passed pay nothing
+        (episodes after the first start from the best found, often past both)."""
+        m = 1 + self.config.milestone_margin
+        if median_ms is not None and median_ms > 0:
+            self.beat_eager = self.beat_eager or bool(eager_ms and median_ms * m <= eager_ms)
+            self.beat_compile = self.beat_compile or bool(compile_ms and median_ms * m <= compile_ms)
 
     def reward(self, status: str, median_ms: float | None, prev_ms: float | None,
                eager_ms: float | None, compile_ms: float | None) -> float:

@@ -95,6 +95,7 @@ def train(records: list[RecordInfo], *, rounds: int = 10, budget: int = 40, seed
             # Two episodes in a row with nothing new end the visit: the record has no more to teach here.
             trial = search_record(record.path, lambda space: policy, "ppo", rng.randrange(1 << 30), budget, "mask",
                                   max_idle_episodes=2)
+            policy.update()     # what a short visit gathered: learned once a batch is full
             episode = Episode(round_index, record.task, trial.to_target, trial.evaluations)
             report.episodes.append(episode)
             if progress:

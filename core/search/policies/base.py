@@ -45,6 +45,10 @@ class Policy:
     def observe(self, transition: Transition) -> None:
         pass
 
+    def end_episode(self) -> None:
+        """The episode ended, whatever the reason (its last edit, a budget, nothing left to propose):
+        what was observed since must not be credited with what the next episode earns."""
+
     def update(self) -> dict[str, float] | None:
         """Learn from what was observed; metrics when it learned, None when it did not."""
         return None

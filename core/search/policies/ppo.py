@@ -31,7 +31,7 @@ FORMAT = "cuda-agent-ppo/3"       # checkpoints of other network layouts cannot 
 class PPOConfig:
     hidden: int = 64
     lr: float = 3e-3
-    gamma: float = 0.9
+    gamma: float = 0.5             # short horizon: an edit is judged by what it and the next few earn (0.9 learned unstably on replays)
     lam: float = 0.95
     clip: float = 0.2
     epochs: int = 10               # a run gives few samples: more passes over each (tuned on replays, docs/search.md)
@@ -125,6 +125,10 @@ class PPOPolicy(Policy):
             return     # not proposed by this policy (e.g. a forced start): nothing to learn from
         step.update(reward=float(transition.reward), done=bool(transition.done))
         self._buffer.append(step)
+
+    def end_episode(self) -> None:
+        if self._buffer:
+            self._buffer[-1]["done"] = True     # GAE must not run on into the next episode's steps
 
     def update(self) -> dict[str, float] | None:
         c = self.config
