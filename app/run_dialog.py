@@ -39,9 +39,12 @@ class RunDialog(QDialog):
         form = QFormLayout()
         form.addRow("Task:", QLabel(str(task_path)))
 
-        program = program_path or default_program(task_name)
-        self.program_edit = QLineEdit(str(program) if program.exists() else "")
-        self.program_edit.setPlaceholderText("empty: generate kernels from the reference")
+        # As `cuda-agent run`: the program opened in the window, else the generated program (the
+        # hand-written resources/programs/TASK.json only where the generators cannot lower the task).
+        self.program_edit = QLineEdit(str(program_path) if program_path else "")
+        hand_written = default_program(task_name)
+        self.program_edit.setPlaceholderText("empty: generate kernels from the reference"
+                                             + (f" (else {hand_written.name})" if hand_written.exists() else ""))
         form.addRow("Program:", self._with_browse(self.program_edit, self._browse_program))
 
         self.project_edit = QLineEdit(str(default_project(task_name)))

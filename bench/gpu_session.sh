@@ -15,7 +15,7 @@
 # DEADLINE (seconds from this script's start, default 480) is what is left to each sweep: no task
 # starts that would not end before it (by the cost of the tasks done so far), and a task still
 # running at it stops and keeps what it measured, so the call ends inside the device's per-command limit.
-# TIMED_MS (default 100) is each timing's timed wall time (bench/sweep.py --timed-ms).
+# TIMED_MS (default 25, as the evaluator) is each timing's timed wall time (bench/sweep.py --timed-ms).
 # BEFORE, a shell command, runs on GPU 0 after its tests and before its shard, with $BEFORE_OUT a
 # folder that comes back as before.tar.gz (its output goes to before.log).
 set -uo pipefail
@@ -72,7 +72,7 @@ run_shard() {   # GPU index i: (tests on GPU 0 first), then its sweep shard with
     if [ "${#tasks[@]}" -gt 0 ]; then task_args=(--tasks "${tasks[@]}"); fi
     mkdir -p "$out/shard$i"
     CUDA_VISIBLE_DEVICES=$i python3 bench/sweep.py "${args[@]}" "${task_args[@]}" \
-        --timed-ms "${TIMED_MS:-100}" --shard "$((shard_base + i))/$shard_total" --deadline "$left" --out "$out/shard$i" \
+        --timed-ms "${TIMED_MS:-25}" --shard "$((shard_base + i))/$shard_total" --deadline "$left" --out "$out/shard$i" \
         > "$out/sweep-shard$i.log" 2>&1
 }
 

@@ -1,7 +1,8 @@
-"""core.search.session: which program a run tunes (a file, the hand-written one, or the generated
+"""core.search.session: which program a run tunes (a file, the generated one, or the hand-written
 one), and the clear errors for bad settings. Replay pools only: no GPU."""
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -20,10 +21,21 @@ def test_a_task_without_a_hand_written_program_gets_the_generated_one():
     assert program.tunables and constraints        # the generator's masks come along
 
 
-def test_the_hand_written_program_wins_when_there_is_one():
-    task = load_task(TASK_PATH)
+def test_the_generated_program_wins_over_a_hand_written_one():
+    task = load_task(TASK_PATH)                      # act_gelu has resources/programs/act_gelu.json too
     program, constraints, note = _program(RunConfig(task=TASK_PATH, project="unused"), task)
-    assert note.endswith("act_gelu.json") and constraints == []
+    assert "generated" in note and constraints and len(program.tunables) > 1
+
+
+def test_the_hand_written_program_serves_a_task_no_generator_lowers(tmp_path, monkeypatch):
+    import core.search.session as session
+
+    shutil.copy(session.PROGRAMS / "act_gelu.json", tmp_path / "mm_square.json")   # any valid program file,
+    shutil.copy(session.PROGRAMS / "act_gelu.cu", tmp_path / "act_gelu.cu")           # with the source it names
+    monkeypatch.setattr(session, "PROGRAMS", tmp_path)
+    task = load_task(TASKS / "mm_square.py")
+    program, constraints, note = _program(RunConfig(task=task.path, project="unused"), task)
+    assert note.endswith("mm_square.json") and constraints == [] and program.tunables
 
 
 def test_a_task_no_generator_lowers_says_which_op(tmp_path):

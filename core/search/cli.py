@@ -104,6 +104,9 @@ def add_bench_parser(sub: Any) -> None:
     p.add_argument("--skip-unrecorded", action="store_true",
                    help="with --replay: do not count or penalise candidates missing from the record")
     p.add_argument("--device", type=int, default=0, help="GPU index when not replaying")
+    p.add_argument("--programs", metavar="DIR",
+                   help="folder of program files (TASK.json) to tune instead of the generated programs; a task "
+                        "without one is generated as usual")
     p.add_argument("--tasks", nargs="+", action="extend", metavar="NAME",
                    help="only these tasks (file names without .py)")
     p.add_argument("--out", default="bench.md", metavar="TABLE.md",
@@ -121,7 +124,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     config = BenchConfig(suite=args.suite, projects=projects, policy=args.policy, budget=args.budget,
                          seconds=args.seconds, episode=args.episode, seed=args.seed, replay=list(args.replay),
                          skip_unrecorded=args.skip_unrecorded, device=args.device, tasks=list(args.tasks or []),
-                         weights=args.weights)
+                         weights=args.weights, programs=args.programs)
     display = _BenchDisplay(args.budget)
     bench = Bench(config, observer=display.observe, command=config.command_line(out))
     try:

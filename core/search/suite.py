@@ -53,12 +53,15 @@ class BenchConfig:
     device: int = 0
     tasks: list[str] = field(default_factory=list)           # task names to run (default: all)
     weights: str | Path | None = None        # PPO weights (default: the shipped pretrained ones)
+    programs: str | Path | None = None       # folder of TASK.json program files tuned instead of generating
 
     def command_line(self, out: str | Path | None = None) -> str:
         """The command that repeats this bench, every setting spelled out."""
         words = ["cuda-agent", "bench", str(self.suite), "--policy", self.policy, "--budget", str(self.budget)]
         if self.weights is not None:
             words += ["--weights", str(self.weights)]
+        if self.programs is not None:
+            words += ["--programs", str(self.programs)]
         if self.seconds is not None:
             words += ["--seconds", f"{self.seconds:g}"]
         words += ["--episode", str(self.episode), "--seed", str(self.seed), "--projects", str(self.projects)]
@@ -330,17 +333,24 @@ class Bench:
         except TaskError as exc:
             return _fail(row, LOAD_ERROR, str(exc))
         row.family = task.family
-        if default_program(task.name).exists():
-            row.program = "hand-written program"
+        # As `run` chooses: a program file given (here: in --programs), else the generated program,
+        # else the hand-written resources/programs/TASK.json.
+        program_file = Path(self.config.programs) / f"{task.name}.json" if self.config.programs else None
+        if program_file is not None and program_file.exists():
+            row.program = "program file"
         else:
+            program_file = None
             # open_run generates it again; asked here so that "no lowering" is told apart from other errors.
             from core.codegen import CodegenError, generate
 
             try:
                 row.program = f"generated {generate(task).family}"
             except CodegenError as exc:
-                row.status, row.note, row.detail = NO_LOWERING, _lowering_note(exc), str(exc)
-                return None
+                if default_program(task.name).exists():
+                    row.program = "hand-written program"
+                else:
+                    row.status, row.note, row.detail = NO_LOWERING, _lowering_note(exc), str(exc)
+                    return None
         records: list[Path] = []
         if self.config.replay:
             records = [r.path for r in self.records if r.task_hash == task.hash]
@@ -358,7 +368,7 @@ class Bench:
             return _fail(row, ERROR, f"project error: {project} is also a replay record of this task; choose "
                                      "another --projects folder.")
         c = self.config
-        config = RunConfig(task=path, project=project, policy=c.policy, budget=c.budget, seconds=c.seconds,
+        config = RunConfig(task=path, project=project, program=program_file, policy=c.policy, budget=c.budget, seconds=c.seconds,
                            episode=c.episode, seed=c.seed, replay=list(records), skip_unrecorded=c.skip_unrecorded,
                            device=c.device, weights=c.weights)
         try:
