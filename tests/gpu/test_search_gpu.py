@@ -1,6 +1,6 @@
 """GPU test of the RL issue: a short real run of the optimiser on example tasks, through the same
-open_run as `cuda-agent run` (GPU evaluator, PPO; act_gelu has a hand-written program of three
-schedules, the others are generated), then a replay of the run's own project that answers every
+open_run as `cuda-agent run` (GPU evaluator, PPO; act_gelu tunes its hand-written program of three
+schedules, given as --program would, the others their generated programs), then a replay of the run's own project that answers every
 candidate from the record.
 """
 from __future__ import annotations
@@ -16,6 +16,7 @@ pytestmark = pytest.mark.gpu
 
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = ROOT / "resources" / "tasks"
+PROGRAMS = {"act_gelu": ROOT / "resources" / "programs" / "act_gelu.json"}     # else generated
 BUDGET = 12
 
 
@@ -23,7 +24,7 @@ BUDGET = 12
 def test_a_short_real_run(name, tmp_path, tmp_cache):
     project_path = tmp_path / f"{name}.cuagent"
     setup = open_run(RunConfig(task=TASKS / f"{name}.py", project=project_path, policy="ppo", budget=BUDGET,
-                               program=None, seed=1))
+                               program=PROGRAMS.get(name), seed=1))
     legal = len(list(setup.optimizer.space.enumerate()))
     try:
         summary = setup.optimizer.run()
@@ -46,7 +47,8 @@ def test_a_short_real_run(name, tmp_path, tmp_cache):
 
     # The run's own record answers a replay of the same search: no GPU work, no misses.
     replay = open_run(RunConfig(task=TASKS / f"{name}.py", project=tmp_path / "replay.cuagent", policy="random",
-                                budget=4, replay=[project_path], skip_unrecorded=True, seed=2))
+                                program=PROGRAMS.get(name), budget=4, replay=[project_path], skip_unrecorded=True,
+                                seed=2))
     try:
         replay.optimizer.run()
         assert replay.pool.baselines() is not None
