@@ -62,7 +62,8 @@ def sweep_task(task, gen, evals: int, projects: Path, settings: SupervisorSettin
     path = projects / f"{task.name}.cuagent"
     path.unlink(missing_ok=True)
     candidates = [gen.program.with_schedule(s) for s in schedules]
-    with Evaluator(task, settings=settings) as ev, Project.create(path, task) as project, ThreadPoolExecutor(4) as compiles:
+    with Evaluator(task, settings=settings) as ev, Project.create(path, task) as project, \
+            ThreadPoolExecutor(4) as compiles:
         ev.start()
         project.set_hardware(ev.gpu)
         for candidate in candidates:   # NVRTC on the CPU pool while the GPU measures the baselines

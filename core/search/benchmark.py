@@ -124,6 +124,7 @@ def blind_trial(record: str | Path, seed: int, budget: int, target_fraction: flo
 
     from core.project import Project
 
+    from .optimizer import FINAL
     from .replay import NOT_RECORDED
 
     with Project.open(record, readonly=True) as source:
@@ -133,7 +134,7 @@ def blind_trial(record: str | Path, seed: int, budget: int, target_fraction: flo
             raise ValueError(f"{record} has no measured candidate to aim at")
         best_known = best[0].median_ms
         seen: dict[str, float | None] = {}
-        for rec in source.candidates(status=("measured", "compile_error", "wrong", "crashed", "timeout", "rejected")):
+        for rec in source.candidates(status=FINAL):
             if rec.kind == "program" and rec.reason != NOT_RECORDED:
                 seen.setdefault(rec.candidate_hash, rec.median_ms if rec.status == "measured" else None)
     times = list(seen.values())

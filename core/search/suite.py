@@ -368,8 +368,8 @@ class Bench:
             return _fail(row, ERROR, f"project error: {project} is also a replay record of this task; choose "
                                      "another --projects folder.")
         c = self.config
-        config = RunConfig(task=path, project=project, program=program_file, policy=c.policy, budget=c.budget, seconds=c.seconds,
-                           episode=c.episode, seed=c.seed, replay=list(records), skip_unrecorded=c.skip_unrecorded,
+        config = RunConfig(task=path, project=project, program=program_file, policy=c.policy, budget=c.budget,
+                           seconds=c.seconds, episode=c.episode, seed=c.seed, replay=list(records), skip_unrecorded=c.skip_unrecorded,
                            device=c.device, weights=c.weights)
         try:
             setup = open_run(config, observers=[self._emit],

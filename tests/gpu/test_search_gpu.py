@@ -1,7 +1,7 @@
 """GPU test of the RL issue: a short real run of the optimiser on example tasks, through the same
 open_run as `cuda-agent run` (GPU evaluator, PPO; act_gelu tunes its hand-written program of three
-schedules, given as --program would, the others their generated programs), then a replay of the run's own project that answers every
-candidate from the record.
+schedules, given as --program would, the others their generated programs), then a replay of the
+run's own project that answers every candidate from the record.
 """
 from __future__ import annotations
 

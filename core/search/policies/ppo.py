@@ -31,7 +31,8 @@ FORMAT = "cuda-agent-ppo/3"       # checkpoints of other network layouts cannot 
 class PPOConfig:
     hidden: int = 64
     lr: float = 3e-3
-    gamma: float = 0.5             # short horizon: an edit is judged by what it and the next few earn (0.9 learned unstably on replays)
+    gamma: float = 0.5             # short horizon: an edit is judged by what it and the next few earn
+                                   # (0.9 learned unstably on replays; docs/performance.md)
     lam: float = 0.95
     clip: float = 0.2
     epochs: int = 10               # a run gives few samples: more passes over each (tuned on replays, docs/search.md)
