@@ -1,0 +1,146 @@
+"""How close can a row reduction get to the copy-bandwidth floor on this GPU? (issue 3's small reductions)
+
+The roofline floor of a reduction is its bytes over the *copy* bandwidth (read + write). A reduction
+only reads, so this probe times, on the shape of resources/tasks/red_sum_dim1.py (4096 x 16384 fp32,
+268 MB, far beyond L2): the copy ceiling as core.evaluation.roofline measures it, torch.sum, a
+whole-buffer read with no rows (the read ceiling), and block-per-row kernels with several block
+sizes, independent accumulators and rows per block. Prints one table (GB/s and fraction of the
+copy-ceiling floor).
+
+    PYTHONPATH=. python3 bench/read_probe.py
+"""
+from __future__ import annotations
+
+import statistics
+
+import cupy as cp
+import torch
+
+ROWS, COLS = 4096, 16384
+
+SOURCE = r"""
+template <int T, int ACC, int RPB>
+__device__ void rows_sum(const float4* __restrict__ x, float* __restrict__ out, int rows, int cols4) {
+    __shared__ float partial[T / 32][RPB];
+    for (int r = 0; r < RPB; ++r) {
+        int row = blockIdx.x * RPB + r;
+        float acc[ACC];
+        #pragma unroll
+        for (int a = 0; a < ACC; ++a) acc[a] = 0.f;
+        const float4* p = x + (size_t)row * cols4;
+        for (int i = threadIdx.x; i < cols4; i += T * ACC) {
+            #pragma unroll
+            for (int a = 0; a < ACC; ++a) {
+                int j = i + a * T;
+                if (j < cols4) { float4 v = __ldg(p + j); acc[a] += (v.x + v.y) + (v.z + v.w); }
+            }
+        }
+        float s = 0.f;
+        #pragma unroll
+        for (int a = 0; a < ACC; ++a) s += acc[a];
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffff, s, o);
+        if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5][r] = s;
+    }
+    __syncthreads();
+    if (threadIdx.x < RPB) {
+        float s = 0.f;
+        for (int w = 0; w < T / 32; ++w) s += partial[w][threadIdx.x];
+        out[blockIdx.x * RPB + threadIdx.x] = s;
+    }
+}
+#define ROWS_KERNEL(T, ACC, RPB) \
+extern "C" __global__ void __launch_bounds__(T) rows_##T##_##ACC##_##RPB(const float4* x, float* out, int rows, int cols4) \
+{ rows_sum<T, ACC, RPB>(x, out, rows, cols4); }
+ROWS_KERNEL(256, 1, 1)
+ROWS_KERNEL(256, 4, 1)
+ROWS_KERNEL(512, 1, 1)
+ROWS_KERNEL(512, 2, 1)
+ROWS_KERNEL(512, 4, 1)
+ROWS_KERNEL(1024, 1, 1)
+ROWS_KERNEL(1024, 2, 1)
+ROWS_KERNEL(256, 4, 2)
+ROWS_KERNEL(256, 2, 4)
+
+// the read ceiling: every block reads a contiguous slice, no rows
+extern "C" __global__ void __launch_bounds__(512) flat_read(const float4* __restrict__ x, float* out, size_t n4) {
+    float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + 3 * stride < n4; i += 4 * stride) {
+        float4 v0 = __ldg(x + i), v1 = __ldg(x + i + stride), v2 = __ldg(x + i + 2 * stride), v3 = __ldg(x + i + 3 * stride);
+        a0 += v0.x + v0.y + v0.z + v0.w; a1 += v1.x + v1.y + v1.z + v1.w;
+        a2 += v2.x + v2.y + v2.z + v2.w; a3 += v3.x + v3.y + v3.z + v3.w;
+    }
+    for (; i < n4; i += stride) { float4 v = __ldg(x + i); a0 += v.x + v.y + v.z + v.w; }
+    float s = (a0 + a1) + (a2 + a3);
+    if (s == 12345.678f) out[0] = s;     // keeps the loads alive
+}
+"""
+
+
+def timed_ms(fn, reps: int = 40) -> float:
+    stream = torch.cuda.current_stream()
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record(stream)
+        fn()
+        b.record(stream)
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def copy_ms(n: int, dev: torch.device) -> float:
+    src = torch.rand(n, device=dev)
+    dst = torch.empty_like(src)
+    return timed_ms(lambda: dst.copy_(src), 20)
+
+
+def main() -> None:
+    torch.manual_seed(0)
+    dev = torch.device("cuda")
+    n = 1 << 28
+    copy_gbps = 2 * n * 4 / (copy_ms(n, dev) / 1e3) / 1e9
+    x = torch.randn(ROWS, COLS, device=dev)
+    out = torch.empty(ROWS, device=dev)
+    nbytes = ROWS * COLS * 4 + ROWS * 4
+    floor_ms = nbytes / (copy_gbps * 1e9) * 1e3
+    ref = torch.sum(x, 1)
+    module = cp.RawModule(code=SOURCE, options=("-std=c++17",))
+    stream = cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+    xp = cp.asarray(x)
+    op = cp.asarray(out)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    rows = [("the floor: bytes at the copy ceiling (1 GiB copy_)", floor_ms, True)]
+    rows.append(("torch.sum(x, 1)", timed_ms(lambda: torch.sum(x, 1)), True))
+    flat = module.get_function("flat_read")
+    for blocks_per_sm in (4, 8, 16):
+        grid = sms * blocks_per_sm
+        with stream:
+            t = timed_ms(lambda: flat((grid,), (512,), (xp, op, cp.uint64(ROWS * COLS // 4))))
+        rows.append((f"flat read, {blocks_per_sm} x 512 threads per SM", t, True))
+    for name in ("rows_256_1_1", "rows_256_4_1", "rows_512_1_1", "rows_512_2_1", "rows_512_4_1", "rows_1024_1_1",
+                 "rows_1024_2_1", "rows_256_4_2", "rows_256_2_4"):
+        _, threads, acc, rpb = name.split("_")
+        f = module.get_function(name)
+        call = lambda f=f, t=int(threads), r=int(rpb): f((ROWS // r,), (t,), (xp, op, cp.int32(ROWS), cp.int32(COLS // 4)))
+        with stream:
+            call()
+            torch.cuda.synchronize()
+            ok = torch.allclose(out, ref, rtol=1e-4, atol=1e-2)
+            t = timed_ms(call)
+        rows.append((f"block per row: {threads} threads, {acc} accumulators, {rpb} rows per block", t, ok))
+    print(f"GPU {torch.cuda.get_device_name(0)}, copy ceiling {copy_gbps:.0f} GB/s, floor {floor_ms * 1e3:.1f} us "
+          f"for {nbytes / 1e6:.0f} MB")
+    print("| kernel | us | GB/s (bytes read) | fraction of floor | correct |")
+    print("|---|---|---|---|---|")
+    for label, t, ok in rows:
+        print(f"| {label} | {t * 1e3:.1f} | {nbytes / (t / 1e3) / 1e9:.0f} | {floor_ms / t:.3f} | {ok} |")
+
+
+if __name__ == "__main__":
+    main()
