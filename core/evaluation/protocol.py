@@ -94,7 +94,7 @@ class Bundle:
 class SetTask:
     name: str
     source: str
-    timed_ms: float = 100.0     # TimerSettings.min_total_ms for this task's timings
+    timed_ms: float = 25.0      # TimerSettings.min_total_ms for this task's timings
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ Outputs = Sequence[torch.Tensor]
 class TimerSettings:
     warmup_ms: float = 25.0         # wall time of warm-up repetitions
     min_reps: int = 20
-    min_total_ms: float = 100.0     # wall time of timed repetitions (copies and flushes included)
+    min_total_ms: float = 25.0      # wall time of timed repetitions (copies and flushes included)
     max_reps: int = 1000
     max_seconds: float = 20.0          # wall budget for the repetitions themselves
 
