@@ -107,27 +107,40 @@ PARAMS = {"w24": _t(24), "b324": _t(3, 24), "w96": _t(96)}
 _lse_x = _t(5, 300)
 CASES = [
     Case("rows_sum", lambda m, x: x.sum(-1), (_t(6, 100),),
-         ({"ROW_MODE": 1, "BLOCK": 64, "VEC": 2, "UNROLL": 1}, {"ROW_MODE": 0, "BLOCK": 32, "VEC": 1, "UNROLL": 2}),
+         ({"ROW_MODE": 1, "BLOCK": 64, "VEC": 2, "UNROLL": 1}, {"ROW_MODE": 0, "BLOCK": 32, "VEC": 1, "UNROLL": 2},
+          {"ROW_MODE": 1, "ROWS": 2, "BLOCK": 64, "VEC": 2, "UNROLL": 1},      # 6 rows: the 2nd block's 2nd warp idles
+          {"ROW_MODE": 0, "ROWS": 4, "BLOCK": 64, "VEC": 1, "UNROLL": 1}),     # 2 warps merge 4 rows; a 2-row tail
          misaligned=True),
     Case("cols_mean", lambda m, x: x.mean(0), (_t(37, 64),), ({"BLOCK": 128, "COLW": 32, "VEC": 2, "UNROLL": 4},),
          misaligned=True),
     Case("var_general", lambda m, x: x.var((0, 2), correction=0), (_t(5, 6, 40),),
-         ({"BLOCK": 32, "ROW_MODE": 0, "VEC": 4, "UNROLL": 1},), misaligned=True),
+         ({"BLOCK": 32, "ROW_MODE": 0, "VEC": 4, "UNROLL": 1}, {"BLOCK": 128, "ROW_MODE": 0, "ROWS": 4, "VEC": 1}),
+         misaligned=True),
+    Case("var_mean_rows", lambda m, x: torch.var_mean(x, 1), (_t(7, 160, shift=50.0),),
+         ({"BLOCK": 64, "ROW_MODE": 0, "ROWS": 4, "VEC": 2, "UNROLL": 1},
+          {"BLOCK": 64, "ROW_MODE": 1, "ROWS": 4, "VEC": 1, "UNROLL": 2}), misaligned=True),
+    Case("all_rows", lambda m, x: (x > -3).all(1), (_ints(7, 70),),
+         ({"BLOCK": 64, "ROW_MODE": 0, "ROWS": 2, "VEC": 1, "UNROLL": 1},)),
     Case("std_mean_keepdim_cols", lambda m, x: torch.std_mean(x, (0, 1), keepdim=True), (_t(7, 9, 16, shift=100.0),)),
     Case("argmax_cols_ties_nan", lambda m, x: x.argmax(1), (_nan_ties((4, 50, 12), (63, 483, 1000)),),
          ({"BLOCK": 64, "COLW": 32, "VEC": 1, "UNROLL": 2},)),
-    Case("argmin_flat_ties", lambda m, x: x.argmin(), (torch.randint(-9, 9, (9, 70), generator=_GEN).float(),)),
+    Case("argmin_flat_ties", lambda m, x: x.argmin(), (torch.randint(-9, 9, (9, 70), generator=_GEN).float(),),
+         ({"BLOCK": 64, "ROW_MODE": 0, "ROWS": 4},)),          # one output: 3 of the block's 4 rows are past the end
     Case("max_dim_nan", lambda m, x: torch.max(x, -1), (_nan_ties((10, 64), (138, 178, 300)),),
-         ({"ROW_MODE": 0, "BLOCK": 32, "VEC": 2, "UNROLL": 1},), misaligned=True),
-    Case("rmsnorm_part_bf16", _rms_part, (_t(6, 64).to(torch.bfloat16),), misaligned=True),
+         ({"ROW_MODE": 0, "BLOCK": 32, "VEC": 2, "UNROLL": 1}, {"ROW_MODE": 0, "ROWS": 4, "BLOCK": 32, "VEC": 2},
+          {"ROW_MODE": 0, "ROWS": 4, "BLOCK": 64, "VEC": 1, "UNROLL": 1}), misaligned=True),
+    Case("rmsnorm_part_bf16", _rms_part, (_t(6, 64).to(torch.bfloat16),),
+         ({"ROW_MODE": 1, "ROWS": 4, "BLOCK": 32},), misaligned=True),
     Case("rows_general_grp", lambda m, x, s: (x * s).sum((0, 2)), (_t(5, 6, 40), _t(5, 1, 1)),
          ({"BLOCK": 32, "ROW_MODE": 0, "VEC": 4, "UNROLL": 1},), misaligned=True),
     Case("prologue_bcast_epilogue", lambda m, x, s: (x * s + m.w24).sum(1) * 0.5 + m.b324 - m.w24,
          (_t(3, 40, 24), _t(40, 1)),
          ({"BLOCK": 64, "COLW": 32, "VEC": 4, "UNROLL": 1},), misaligned=True),
     Case("rows_weight_and_row_scale", lambda m, x, r: (x * m.w96 * r).sum(-1) + r.squeeze(1), (_t(6, 96), _t(6, 1)),
-         ({"ROW_MODE": 1, "BLOCK": 128, "VEC": 4, "UNROLL": 1},), misaligned=True),
-    Case("norm_p3", lambda m, x: torch.linalg.vector_norm(x, ord=3, dim=(0, 2)), (_t(5, 6, 8),)),
+         ({"ROW_MODE": 1, "BLOCK": 128, "VEC": 4, "UNROLL": 1}, {"ROW_MODE": 0, "ROWS": 4, "BLOCK": 64, "VEC": 1}),
+         misaligned=True),
+    Case("norm_p3", lambda m, x: torch.linalg.vector_norm(x, ord=3, dim=(0, 2)), (_t(5, 6, 8),),
+         ({"ROW_MODE": 0, "ROWS": 4, "BLOCK": 32},)),
     Case("norm_neg_inf", lambda m, x: torch.linalg.vector_norm(x, ord=float("-inf"), dim=0), (_t(33, 8),)),
     Case("mse_split", lambda m, x, y: torch.nn.functional.mse_loss(x, y), (_t(20, 64), _t(20, 64)),
          ({"BLOCK": 64, "VEC": 2, "UNROLL": 2, "SPLIT": 4},), misaligned=True, split=True),
@@ -135,19 +148,25 @@ CASES = [
          ({"BLOCK": 128, "COLW": 32, "VEC": 1, "UNROLL": 2, "SPLIT": 2},), misaligned=True, split=True),
     Case("max_rows_split", lambda m, x: torch.max(x, 1), (_nan_ties((3, 500), (600, 950, 20)),), split=True),
     Case("count_nonzero", lambda m, x: (x != 0).sum(1), (_ints(5, 7),)),
-    Case("int_prod", lambda m, x: x.prod(1), (_ints(5, 7),)),
+    Case("int_prod", lambda m, x: x.prod(1), (_ints(5, 7),), ({"ROW_MODE": 1, "ROWS": 2, "BLOCK": 64},)),
     Case("any_cols", lambda m, x: (x > 0).any(0), (_ints(5, 40),)),
     Case("int_amax_cols_keepdim", lambda m, x: x.amax(0, keepdim=True), (_ints(5, 40),)),
-    Case("fp16_mean", lambda m, x: x.half().mean((0, 2)), (_t(4, 6, 32),), misaligned=True),
-    Case("sum_fp64_dtype", lambda m, x: x.sum(1, dtype=torch.float64), (_t(6, 50),)),
-    Case("logsumexp_group1", _lse_first_group, (_special_rows(6, 300),)),
-    Case("logsumexp_group2", _lse_second_group, (_lse_x, _lse_x.amax(1, keepdim=True))),
+    Case("fp16_mean", lambda m, x: x.half().mean((0, 2)), (_t(4, 6, 32),),
+         ({"ROW_MODE": 0, "ROWS": 4, "BLOCK": 64, "VEC": 2},), misaligned=True),
+    Case("sum_fp64_dtype", lambda m, x: x.sum(1, dtype=torch.float64), (_t(6, 50),),
+         ({"ROW_MODE": 1, "ROWS": 4, "BLOCK": 64, "VEC": 1},)),
+    Case("logsumexp_group1", _lse_first_group, (_special_rows(6, 300),),
+         ({"ROW_MODE": 0, "ROWS": 4, "BLOCK": 64, "VEC": 4},)),
+    Case("logsumexp_group2", _lse_second_group, (_lse_x, _lse_x.amax(1, keepdim=True)),
+         ({"ROW_MODE": 1, "ROWS": 2, "BLOCK": 64, "VEC": 2},)),
     Case("scalar_input", lambda m, x: x.sum(), (_t(),)),
     Case("rank6_rows_keepdim", lambda m, x, w: (x * w).sum((1, 3, 5), keepdim=True), (_t(2, 3, 2, 3, 2, 4), _t(3, 1, 4)),
-         ({"BLOCK": 32, "ROW_MODE": 0, "VEC": 2, "UNROLL": 1},), misaligned=True),
+         ({"BLOCK": 32, "ROW_MODE": 0, "VEC": 2, "UNROLL": 1}, {"BLOCK": 32, "ROW_MODE": 0, "ROWS": 2, "VEC": 2}),
+         misaligned=True),
     Case("rank6_cols", lambda m, x: x.amax((0, 2, 4)), (_t(2, 3, 2, 3, 2, 4),),
          ({"BLOCK": 64, "COLW": 32, "VEC": 2, "UNROLL": 1},), misaligned=True),
-    Case("rank8_var", lambda m, x: x.var((0, 3, 4, 7)), (_t(2, 2, 3, 2, 2, 1, 2, 3),)),
+    Case("rank8_var", lambda m, x: x.var((0, 3, 4, 7)), (_t(2, 2, 3, 2, 2, 1, 2, 3),),
+         ({"BLOCK": 32, "ROW_MODE": 1, "ROWS": 4},)),
     # Used by the plan and constraint tests only.
     Case("odd_cols", lambda m, x: x.sum(0), (_t(300, 7),), run=False),
     Case("var_mean_cols", lambda m, x: torch.var_mean(x, 0), (_t(300, 1024),), run=False),
@@ -248,15 +267,16 @@ def _env(graph: Graph) -> dict:
 
 
 def _lower(case: Case, kernel: str = "k"):
+    """Lower a small case; ROWS > 1 is allowed on tiny grids (the mask is about filling an H200)."""
     graph = _group(case.name)
-    if not case.split:
-        return lower_reduce(graph, kernel)
-    saved = lr.SPLIT_BELOW_BLOCKS, lr.SPLIT_MIN_ELEMENTS, lr.SPLIT_MIN_ROW
-    lr.SPLIT_BELOW_BLOCKS, lr.SPLIT_MIN_ELEMENTS, lr.SPLIT_MIN_ROW = 10**9, 0, 0
+    saved = lr.SPLIT_BELOW_BLOCKS, lr.SPLIT_MIN_ELEMENTS, lr.SPLIT_MIN_ROW, lr.ROWS_MIN_THREADS
+    lr.ROWS_MIN_THREADS = 1
+    if case.split:
+        lr.SPLIT_BELOW_BLOCKS, lr.SPLIT_MIN_ELEMENTS, lr.SPLIT_MIN_ROW = 10**9, 0, 0
     try:
         return lower_reduce(graph, kernel)
     finally:
-        lr.SPLIT_BELOW_BLOCKS, lr.SPLIT_MIN_ELEMENTS, lr.SPLIT_MIN_ROW = saved
+        lr.SPLIT_BELOW_BLOCKS, lr.SPLIT_MIN_ELEMENTS, lr.SPLIT_MIN_ROW, lr.ROWS_MIN_THREADS = saved
 
 
 # ---- anchors and plans -----------------------------------------------------------------------------
@@ -298,7 +318,7 @@ def _check_grid(low, schedule: dict, resolved) -> None:
     blocks = launch.grid[0] * launch.grid[1]
     threads = launch.block[0] * launch.block[1]
     if "rows kernel" in notes:
-        per_block = schedule["BLOCK"] // 32 if schedule.get("ROW_MODE") == 1 else 1
+        per_block = schedule.get("ROWS", 1) * (schedule["BLOCK"] // 32 if schedule.get("ROW_MODE") == 1 else 1)
         assert launch.block == (schedule["BLOCK"], 1, 1)
         assert blocks * per_block >= n_out * split and (blocks - 1) * per_block < n_out * split
     else:
@@ -328,7 +348,7 @@ def test_the_split_appears_only_for_few_outputs_with_long_reductions():
 def test_constraints_mask_illegal_and_idle_schedules():
     spec = lower_reduce(_example("red_sum_dim1"), "k").spec          # fp32 rows of 16384
     base = spec.default()
-    assert base == {"BLOCK": 256, "ROW_MODE": 0, "VEC": 4, "UNROLL": 4}
+    assert base == {"BLOCK": 256, "ROW_MODE": 0, "ROWS": 1, "VEC": 4, "UNROLL": 4}
     assert 8 not in spec.tunables()["VEC"]                         # 32-byte fp32 vectors are not offered
     bf16 = lower_reduce(_example("red_std_keepdim_bf16"), "k").spec
     assert bf16.default()["VEC"] == 8 and bf16.legal({**bf16.default(), "VEC": 2})
@@ -340,6 +360,16 @@ def test_constraints_mask_illegal_and_idle_schedules():
     # A 7-wide innermost dim: no vector divides it.
     odd = _lower(BY_NAME["odd_cols"]).spec
     assert odd.default()["VEC"] == 1 and "does not divide" in odd.why_illegal({**odd.default(), "VEC": 2})
+    # ROWS: outputs per block (or warp); more than one only while the grid can still fill an H200.
+    assert spec.legal({**base, "ROWS": 2}) and spec.legal({**base, "ROWS": 2, "BLOCK": 512})
+    assert "SMs would idle" in spec.why_illegal({**base, "ROWS": 4})          # 1024 blocks x 256 threads
+    assert "SMs would idle" in spec.why_illegal({**base, "ROW_MODE": 1, "BLOCK": 1024, "ROWS": 4})   # 32 blocks
+    assert bf16.default()["ROWS"] == 1
+    assert rows.default()["ROWS"] == 2                                    # 65536 rows: 8 warps x 2 rows a block
+    assert rows.legal({**rows.default(), "ROWS": 4})
+    assert "ROWS" not in lower_reduce(_example("loss_mse"), "k").spec.tunables()   # the split keeps one row
+    tiny = lower_reduce(_group("rows_sum"), "k").spec                     # 6 rows
+    assert tiny.default()["ROWS"] == 1 and "SMs would idle" in tiny.why_illegal({**tiny.default(), "ROWS": 2})
     # var_mean keeps three doubles per accumulator: 1024 threads x 4 outputs do not fit in shared memory.
     vm = _lower(BY_NAME["var_mean_cols"]).spec
     assert "shared memory" in vm.why_illegal({**vm.default(), "BLOCK": 1024, "COLW": 32, "VEC": 4})
@@ -401,6 +431,28 @@ def test_example_programs_compile_for_sm80_and_sm90(tmp_path):
         for schedule in low.spec.sample(random.Random(name), 1):
             jobs.append((name, schedule, "sm_90", program.with_schedule(schedule)))
 
+    _compile_all(jobs, cache)
+
+
+@needs_nvrtc
+def test_rows_per_block_compiles_for_sm80_and_sm90(tmp_path):
+    """ROWS > 1 in both row modes, on fp32, bf16 and the value-and-index accumulators."""
+    cache = CompileCache(tmp_path / "cache")
+    jobs = []
+    for name in ("red_sum_dim1", "red_var_dim1", "red_std_keepdim_bf16", "red_max_lastdim", "red_argmax_dim1"):
+        graph = _example(name) if name != "red_argmax_dim1" else _group("max_dim_nan")
+        low = lower_reduce(graph, f"{name}_reduce")
+        assert "ROWS" in low.spec.tunables(), name
+        program = KernelProgram.from_json(low.program)
+        for extra in ({"ROW_MODE": 0, "ROWS": 4}, {"ROW_MODE": 1, "ROWS": 2, "BLOCK": 128}):
+            schedule = {**low.spec.default(), **extra}
+            jobs += [(name, schedule, arch, program.with_schedule(schedule)) for arch in ARCHS]
+
+    _compile_all(jobs, cache)
+
+
+def _compile_all(jobs: list, cache: CompileCache) -> None:
+    """Compile (name, schedule, arch, program) jobs on two threads; every one must compile."""
     def build(job):
         name, schedule, arch, program = job
         return job, compile_cuda(program.source, arch=arch, options=program.compile_options(), cache=cache)
@@ -600,6 +652,7 @@ def test_generated_cuda_runs_correctly_on_the_cpu(case, tmp_path_factory):
     work = tmp_path_factory.mktemp(case)
     for name, value in inputs.items():
         (work / _file(name)).write_bytes(value.contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    by_rows: dict = {}        # schedule without ROWS -> outputs: ROWS must not change a single bit
     for index, run in by_case[case]:
         expected = interpret(run.graph, inputs)
         done = subprocess.run([str(exe), str(index), str(work)], capture_output=True, text=True, timeout=120)
@@ -610,3 +663,6 @@ def test_generated_cuda_runs_correctly_on_the_cpu(case, tmp_path_factory):
             tol = 1e-2 if ref.dtype in (torch.float16, torch.bfloat16) else 1e-4
             torch.testing.assert_close(got, ref, atol=tol, rtol=tol, equal_nan=True,
                                        msg=lambda m: f"{case} {name} at {run.schedule} (misaligned={run.pad}): {m}")
+            key = (name, run.pad, tuple(sorted((k, v) for k, v in run.schedule.items() if k != "ROWS")))
+            seen = by_rows.setdefault(key, bytes(raw))
+            assert seen == bytes(raw), f"{case} {name}: ROWS={run.schedule.get('ROWS')} changed the result bits"

@@ -27,8 +27,10 @@ red_off(j), built from div/mod by the sizes. Sizes are baked into the source as 
 compiler turns div/mod by them into multiply-shifts, merged dims need none), so a program serves
 the shapes it was generated for; buffer shapes are literals too. Two kernel shapes, by layout:
   rows: the innermost dim of P is reduced (rows of [.., R], dim=None, any R that ends innermost):
-        one block (ROW_MODE 0) or one warp (ROW_MODE 1) per output; threads stride over j with
-        VEC-wide loads (run-time alignment check, scalar fallback); shuffles, then shared memory;
+        one block (ROW_MODE 0) or one warp (ROW_MODE 1) per output, ROWS outputs one after
+        another; threads stride over j with VEC-wide loads (run-time alignment check, scalar
+        fallback); shuffles, then (a block) one shared slot per output and warp, a single barrier
+        after all ROWS outputs, and warp r merges output r's slots;
   cols: the innermost dim of P is kept (mean over dim 0 of [N, C], sum over dim 1 of [B, R, C]):
         a thread owns VEC consecutive outputs and walks j (a warp reads 32 * VEC consecutive
         elements per step: coalesced), the BLOCK/COLW rows of threads of a block split j and are
@@ -40,8 +42,13 @@ program splits is decided at lowering (the launch list is fixed); SPLIT then tun
 
 Knobs: BLOCK threads per block; VEC elements per vector load (rows: along j; cols: consecutive
 outputs); UNROLL vector loads each thread issues before accumulating them; ROW_MODE (rows, no
-split) block or warp per output; COLW (cols) threads along the outputs; SPLIT (split programs)
-parts of the reduction. The first value of each knob is a default picked for the shapes.
+split) block or warp per output; ROWS (rows, no split: 1, 2, 4) outputs each block or warp
+reduces one after another (a split program keeps one per block); COLW (cols) threads along the
+outputs; SPLIT (split programs) parts of the reduction. The first value of each knob is a default
+picked for the shapes. ROWS defaults to 1 with a block per output and to 2 with a warp per output
+(see _default_rows: measured on an H200); ROWS > 1 is masked when the grid would hold fewer
+threads than the GPU. ROWS does not change any output's reduction order: results are the same
+bits at every ROWS.
 
 Numerics: elements are computed in fp32 for fp16/bf16/fp32 (double for fp64); sums, products,
 norms and variances accumulate in double per thread, through the tree and in the partials; results
@@ -93,6 +100,8 @@ MAX_ACCESS_BYTES = 16
 STATIC_SHARED_BYTES = 48 * 1024
 FINISH_WARPS = 8                      # outputs per block of the split's second kernel
 TARGET_BLOCKS = 1056                  # 8 blocks of 256 threads on each of 132 SMs (H200)
+ROWS_VALUES = (1, 2, 4)                # outputs per block (or warp) of the rows kernel
+ROWS_MIN_THREADS = 132 * 2048         # ROWS > 1 must leave a grid that can fill an H200 (132 SMs x 2048 threads)
 SPLIT_VALUES = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 PARTIAL_DTYPE = {"double": "float64", "float": "float32", "long long": "int64", "int": "int32"}
 INT_LIMITS = {"int": ("(-2147483647 - 1)", "2147483647"),
@@ -540,6 +549,21 @@ def _default_vec(family: str, inner: int, widest: int, n_out: int, n_red: int) -
     return good + [1]
 
 
+def _rows_threads(n_out: int, rows: int, block: int, row_mode: int) -> int:
+    """Threads in the grid of the (unsplit) rows kernel."""
+    return _cdiv(n_out, rows * (block // 32 if row_mode == 1 else 1)) * block
+
+
+def _default_rows(n_out: int, block: int, row_mode: int) -> int:
+    """The default ROWS. A block per row: 1 (measured on an H200, 4096-8192 rows of 16384: ROWS 2
+    and 4 gain nothing over 1, which already reaches 94-98 % of the copy floor, and cost up to 7 %
+    on bf16). A warp per row: 2 while the grid still fills the GPU (65536 rows of 1024: 2-3 %
+    faster at every BLOCK, the warp's start-up and shuffle tree shared by two rows)."""
+    if row_mode == 1 and _rows_threads(n_out, 2, block, row_mode) >= ROWS_MIN_THREADS:
+        return 2
+    return 1
+
+
 def _ordered(default: int, values: tuple[int, ...]) -> tuple[int, ...]:
     return (default,) + tuple(v for v in values if v != default)
 
@@ -558,6 +582,8 @@ def _knobs(plan: _Plan, widest: int, vec0: int) -> list[Knob]:
         if not plan.split:
             knobs.insert(1, Knob("ROW_MODE", (1, 0) if warp else (0, 1),
                                  "0: one block per output row; 1: one warp per row, BLOCK/32 rows per block"))
+            knobs.insert(2, Knob("ROWS", _ordered(_default_rows(plan.n_out, block0, int(warp)), ROWS_VALUES),
+                                 "outputs each block (ROW_MODE 0) or warp (ROW_MODE 1) reduces one after another"))
     else:
         yt = min(8, _pow2_floor(plan.n_red))
         colw0 = 256 // yt
@@ -597,6 +623,7 @@ def _constraints(plan: _Plan, widest: int, acc_bytes: int) -> list:
     leave threads idle or knobs without effect; the default is exempt from the soft ones."""
     default = {k.name: k.values[0] for k in plan.knobs}
     n_out, n_red, inner, rows_family = plan.n_out, plan.n_red, plan.inner, plan.family == "rows"
+    min_threads = ROWS_MIN_THREADS
 
     def chunk(s: Any) -> int:
         """Reduction elements per part (per block in the rows kernel)."""
@@ -639,6 +666,15 @@ def _constraints(plan: _Plan, widest: int, acc_bytes: int) -> list:
                 return f"COLW={s['COLW']} x VEC={s['VEC']} outputs per block is more than the {n_out} outputs"
         return None
 
+    def few_threads(s: Any) -> str | None:
+        if dict(s) == default or s.get("ROWS", 1) == 1:
+            return None
+        threads = _rows_threads(n_out, s["ROWS"], s["BLOCK"], s["ROW_MODE"])
+        if threads < min_threads:
+            return (f"ROWS={s['ROWS']} leaves {threads} threads for {n_out} outputs, fewer than the GPU "
+                    f"holds ({min_threads}): SMs would idle")
+        return None
+
     def useless(s: Any) -> str | None:
         if dict(s) == default:
             return None
@@ -654,7 +690,7 @@ def _constraints(plan: _Plan, widest: int, acc_bytes: int) -> list:
             return f"SPLIT={s['SPLIT']} parts of VEC={s['VEC']} for a reduction of {n_red} elements"
         return None
 
-    return [vec_access, block_shape, idle, useless]
+    return [vec_access, block_shape, idle, few_threads, useless]
 
 
 # ---- C emission ---------------------------------------------------------------------------------
@@ -892,45 +928,70 @@ def _vec_ok(plan: _Plan) -> str:
 
 
 def _emit_rows(plan: _Plan) -> str:
-    """One block (ROW_MODE 0) or warp (ROW_MODE 1) per output; threads stride over j."""
+    """One block (ROW_MODE 0) or warp (ROW_MODE 1) per output, ROWS outputs one after another;
+    threads stride over j."""
     a = plan.anchor
     ins = plan.pro_ins
     row_mode = "ROW_MODE" if not plan.split else "0"
     split = "SPLIT" if plan.split else "1"
+    rows = "ROWS" if not plan.split else "1"
     L = ['extern "C" __global__ void __launch_bounds__(BLOCK)',
          f"{plan.kernel}({', '.join(_main_params(plan))})",
          "{",
          f"    using namespace {plan.kernel}_ns;",
-         "    __shared__ Acc smem[32];",
+         f"    constexpr int rows = {rows};   // outputs each block (ROW_MODE 0) or warp (ROW_MODE 1) reduces",
          f"    constexpr int lanes = {row_mode} == 1 ? 32 : BLOCK;   // threads that share one output",
+         "    constexpr int warps = BLOCK / 32;",
+         "    // One slot per row and warp: the warps' partials of all rows wait here for a single barrier.",
+         "    __shared__ Acc smem[rows][warps];",
          f"    const int lane = {row_mode} == 1 ? (int)(threadIdx.x & 31) : (int)threadIdx.x;",
-         f"    const idx_t q = {row_mode} == 1 ? (idx_t)blockIdx.x * (BLOCK / 32) + (idx_t)(threadIdx.x >> 5)",
-         f"                                : (idx_t)blockIdx.x / {split};",
+         "    const int warp = threadIdx.x >> 5;",
+         f"    const idx_t unit = {row_mode} == 1 ? (idx_t)blockIdx.x * warps + (idx_t)warp : (idx_t)blockIdx.x / {split};",
          f"    const idx_t part = {row_mode} == 1 ? 0 : (idx_t)blockIdx.x % {split};",
-         "    // Whole warps leave here, and only in ROW_MODE 1, which has no block barrier.",
-         f"    if ({row_mode} == 1 && q >= n_out) return;",
          f"    constexpr idx_t chunk = ((n_red + {split} - 1) / {split} + VEC - 1) / VEC * VEC;",
          "    const idx_t j0 = part * chunk;",
-         "    const idx_t j1 = j0 + chunk < n_red ? j0 + chunk : n_red;"]
+         "    const idx_t j1 = j0 + chunk < n_red ? j0 + chunk : n_red;",
+         "    for (int r = 0; r < rows; ++r) {",
+         "        const idx_t q = unit * rows + r;",
+         "        // The same q for all threads that share it: whole warps (ROW_MODE 1) or the whole block",
+         "        // (ROW_MODE 0) leave together, and the only block barrier is after the loop.",
+         "        if (q >= n_out) break;"]
     for i in ins:
-        L.append(f"    const idx_t kb_{i.cname} = {i.kept_off('q')};")
+        L.append(f"        const idx_t kb_{i.cname} = {i.kept_off('q')};")
     for i in ins:
         if i.hoisted:
-            L.append(f"    const {i.ctype} h_{i.cname} = {i.cname}[kb_{i.cname}];  // constant along the reduction")
+            L.append(f"        const {i.ctype} h_{i.cname} = {i.cname}[kb_{i.cname}];  // constant along the reduction")
     if a.kind in ("var", "std", "var_mean", "std_mean"):
         args = [f"h_{i.cname}" if i.hoisted else f"{i.cname}[kb_{i.cname}]" for i in ins]
-        L.append(f"    const double sh = (double)pro({', '.join(args)});  // the output's first element")
+        L.append(f"        const double sh = (double)pro({', '.join(args)});  // the output's first element")
     else:
-        L.append("    const double sh = 0.0;")
-    L += ["    Acc acc = acc_init();",
-          f"    if ({_vec_ok(plan)}) {{"]
+        L.append("        const double sh = 0.0;")
+    L += ["        Acc acc = acc_init();",
+          f"        if ({_vec_ok(plan)}) {{"]
     L += _rows_loops(plan, "VEC")
-    L += ["    } else {", "        // Scalar fallback (a misaligned pointer): one element per step."]
+    L += ["        } else {", "            // Scalar fallback (a misaligned pointer): one element per step."]
     L += _rows_loops(plan, "1", batched=False)
-    L += ["    }",
-          "    acc = row_reduce<lanes>(acc, smem);",
-          "    if (lane == 0) {",
-          _emit_store(plan, "q", "acc", "part", "        "),
+    L += ["        }",
+          "        acc = warp_reduce(acc);",
+          "        if (lanes > 32) {",
+          "            if ((lane & 31) == 0) smem[r][warp] = acc;",
+          "        } else if (lane == 0) {",
+          _emit_store(plan, "q", "acc", "part", "            "),
+          "        }",
+          "    }",
+          "    if (lanes > 32) {",
+          "        // Every thread of the block gets here (the loop's exits are block-uniform).",
+          "        __syncthreads();",
+          "        const int wl = threadIdx.x & 31;",
+          "        for (int r = warp; r < rows; r += warps) {   // warp r merges row r's warp partials",
+          "            const idx_t q = unit * rows + r;",
+          "            if (q >= n_out) break;",
+          "            Acc acc = wl < warps ? smem[r][wl] : acc_init();",
+          "            acc = warp_reduce(acc);",
+          "            if (wl == 0) {",
+          _emit_store(plan, "q", "acc", "part", "                "),
+          "            }",
+          "        }",
           "    }",
           "}"]
     return "\n".join(L)
@@ -939,7 +1000,7 @@ def _emit_rows(plan: _Plan) -> str:
 def _rows_loops(plan: _Plan, w: str, batched: bool = True) -> list[str]:
     """Reduce j over [j0, j1): each thread takes groups of w consecutive j, UNROLL groups per step
     (their loads issued together), then the remaining groups one per step."""
-    i8 = " " * 8
+    i8 = " " * 12
     batch = [f"{i8}    for (; j + (idx_t)(UNROLL - 1) * step < j1; j += (idx_t)UNROLL * step) {{",
              *_rows_body(plan, w, "UNROLL"),
              f"{i8}    }}"] if batched else []
@@ -954,7 +1015,7 @@ def _rows_loops(plan: _Plan, w: str, batched: bool = True) -> list[str]:
 
 
 def _rows_body(plan: _Plan, w: str, u: str) -> list[str]:
-    ind = " " * 16
+    ind = " " * 20
     L = []
     for i in plan.pro_ins:
         if i.hoisted:
@@ -1111,7 +1172,7 @@ def _emit_finisher(plan: _Plan) -> str:
         f"        Acc b; {loads}",
         "        acc_merge(a, b);",
         "    }",
-        "    a = row_reduce<32>(a, nullptr);",
+        "    a = warp_reduce(a);",
         "    if (lane == 0) {",
         _emit_store(plan, "q", "a", "0", "        ", finish=True),
         "    }",
@@ -1129,22 +1190,10 @@ def _emit_source(plan: _Plan) -> str:
         _var_helper(plan.anchor),
         _emit_prologue(plan),
         _emit_finish(plan),
-        """// Merge across the NT threads that share one output: a warp's shuffles, then (NT > 32) the
-// warps' results through shared memory. Every thread of the block calls it; thread 0 (lane 0 of
-// each warp when NT == 32) holds the result.
-template <int NT>
-__device__ __forceinline__ Acc row_reduce(Acc a, Acc* smem) {
+        """// Merge across a warp (xor butterfly, a fixed order): lane 0 holds the result.
+__device__ __forceinline__ Acc warp_reduce(Acc a) {
     #pragma unroll
     for (int o = 16; o > 0; o >>= 1) acc_merge(a, acc_shfl(a, o));
-    if (NT <= 32) return a;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) smem[warp] = a;
-    __syncthreads();
-    if (warp == 0) {
-        a = lane < NT / 32 ? smem[lane] : acc_init();
-        #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) acc_merge(a, acc_shfl(a, o));
-    }
     return a;
 }""",
         f"}}  // namespace {ns}",
@@ -1185,7 +1234,7 @@ def lower_reduce(graph: Graph, kernel: str) -> Lowering:
     epi_args = [e.value.name for e in plan.epi_ins] + list(plan.outputs)
     n = plan.n_out
     if plan.family == "rows":
-        grid = [f"{n} * SPLIT"] if plan.split else [f"{n} if ROW_MODE == 0 else cdiv({n}, BLOCK // 32)"]
+        grid = [f"{n} * SPLIT"] if plan.split else [f"cdiv({n}, ROWS) if ROW_MODE == 0 else cdiv({n}, BLOCK // 32 * ROWS)"]
         block = ["BLOCK"]
     else:
         grid = [f"cdiv({n}, COLW * VEC)"] + (["SPLIT"] if plan.split else [])
