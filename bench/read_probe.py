@@ -78,20 +78,24 @@ extern "C" __global__ void __launch_bounds__(512) flat_read(const float4* __rest
 """
 
 
-def timed_ms(fn, reps: int = 40) -> float:
+def timed_ms(fn, reps: int = 40, before=None) -> float:
+    """Median of `reps` calls queued back to back (so no launch gap is timed), each after
+    `before()` (untimed) when given."""
     stream = torch.cuda.current_stream()
     for _ in range(5):
         fn()
     torch.cuda.synchronize()
-    times = []
+    events = []
     for _ in range(reps):
+        if before is not None:
+            before()
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record(stream)
         fn()
         b.record(stream)
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+        events.append((a, b))
+    torch.cuda.synchronize()
+    return statistics.median(a.elapsed_time(b) for a, b in events)
 
 
 def copy_ms(n: int, dev: torch.device) -> float:
@@ -134,6 +138,19 @@ def main() -> None:
             ok = torch.allclose(out, ref, rtol=1e-4, atol=1e-2)
             t = timed_ms(call)
         rows.append((f"block per row: {threads} threads, {acc} accumulators, {rpb} rows per block", t, ok))
+    # The evaluator flushes L2 before every timed call by writing a buffer twice its size. The lines
+    # that write leaves in L2 are dirty: does the timed call pay for writing them back?
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    dirty = torch.empty(2 * l2 // 4, dtype=torch.int32, device=dev)
+    clean = torch.zeros_like(dirty)
+    best = module.get_function("rows_256_2_4")
+    call = lambda: best((ROWS // 4,), (256,), (xp, op, cp.int32(ROWS), cp.int32(COLS // 4)))
+    flushes = {"no flush": None, "flush by writing 2 x L2 (dirty lines left)": dirty.zero_,
+               "flush by writing, then reading another 2 x L2 (clean lines left)": lambda: (dirty.zero_(), clean.sum())}
+    for label, before in flushes.items():
+        with stream:
+            rows.append((f"4 rows per block, {label}", timed_ms(call, before=before), True))
+        rows.append((f"torch.sum, {label}", timed_ms(lambda: torch.sum(x, 1), before=before), True))
     print(f"GPU {torch.cuda.get_device_name(0)}, copy ceiling {copy_gbps:.0f} GB/s, floor {floor_ms * 1e3:.1f} us "
           f"for {nbytes / 1e6:.0f} MB")
     print("| kernel | us | GB/s (bytes read) | fraction of floor | correct |")

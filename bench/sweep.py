@@ -2,7 +2,7 @@
 figures of the generators' issue (eager, torch.compile, default schedule, best of the sweep, floor).
 
     PYTHONPATH=. python3 bench/sweep.py [--tasks NAME ...] [--evals 24 | --record-all MAX] [--shard 0/2]
-                                        [--deadline S] [--out DIR]
+                                        [--known FILE] [--deadline S] [--out DIR]
 
 For each example task the code generators accept: start an evaluator, measure the baselines,
 evaluate the default schedule and then legal schedules drawn at random (at most --evals in all;
@@ -11,6 +11,9 @@ MAX schedules: dense records for `cuda-agent train`), and record every verdict i
 (OUT/projects/TASK.cuagent), so the sweep can be replayed and used to train policies. Writes
 OUT/sweep.json after each task and OUT/sweep.md at the end; stops starting tasks once --deadline
 seconds have passed since it started, so a run ends inside the device's time limit with what it measured.
+With --known FILE (JSON: {task: {"schedule": {...}}}, e.g. the best schedules of earlier sweeps), each
+task's known schedule is evaluated right after the default, before any random one: `--evals 2` times
+again exactly the default and the earlier best (knobs the file lacks keep their default value).
 """
 from __future__ import annotations
 
@@ -42,20 +45,28 @@ def log(*a) -> None:
     print(*a, flush=True)
 
 
-def pick_schedules(space: ScheduleSpace, evals: int, seed: str) -> tuple[list[dict], int]:
-    """The default first, then distinct legal schedules at random; and the number of legal ones."""
+def pick_schedules(space: ScheduleSpace, evals: int, seed: str,
+                   known: dict | None = None) -> tuple[list[dict], int]:
+    """The default first, then the known schedule (when legal), then distinct legal schedules at
+    random; and the number of legal ones."""
     legal = list(space.enumerate(cap=100_000))
     default = space.default()
-    rest = [s for s in legal if s != default]
+    first = [default]
+    if known:
+        wanted = {**default, **{k: v for k, v in known.items() if k in default}}
+        if wanted != default and space.legal(wanted):
+            first.append(wanted)
+    rest = [s for s in legal if s not in first]
     random.Random(seed).shuffle(rest)
-    return [default] + rest[:max(0, evals - 1)], len(legal)
+    return (first + rest)[:max(1, evals)], len(legal)
 
 
-def sweep_task(task, gen, evals: int, projects: Path, settings: SupervisorSettings, stop_at: float) -> dict:
+def sweep_task(task, gen, evals: int, projects: Path, settings: SupervisorSettings, stop_at: float,
+               known: dict | None = None) -> dict:
     """Evaluate the task's schedules; at the monotonic time `stop_at` stop evaluating and keep what
     was measured (the row says "truncated")."""
     space = ScheduleSpace.from_program(gen.program, task, constraints=gen.space_constraints)
-    schedules, n_legal = pick_schedules(space, evals, task.name)
+    schedules, n_legal = pick_schedules(space, evals, task.name, known)
     row: dict = {"task": task.name, "family": gen.family, "legal_schedules": n_legal, "failures": [],
                  "kernels": len(gen.program.launches)}
     t0 = time.perf_counter()
@@ -82,7 +93,9 @@ def sweep_task(task, gen, evals: int, projects: Path, settings: SupervisorSettin
                 compiles.shutdown(wait=False, cancel_futures=True)
                 break
             row["evaluated"] = i + 1
-            rec = CandidateRecord.from_program(candidate, origin="sweep:default" if i == 0 else "sweep:random")
+            is_known = bool(known) and i == 1 and all(schedule.get(k) == v for k, v in known.items() if k in schedule)
+            origin = "default" if i == 0 else "known" if is_known else "random"
+            rec = CandidateRecord.from_program(candidate, origin=f"sweep:{origin}")
             project.add_candidate(rec)
             result = ev.evaluate(candidate)
             project.record_result(rec.id, result)
@@ -181,8 +194,10 @@ def main() -> int:
     ap.add_argument("--deadline", type=float, default=540.0, help="start no task after this many seconds")
     ap.add_argument("--timed-ms", type=float, default=SupervisorSettings.timed_ms,
                     help="wall time of each timing's repetitions (at least 20 are run)")
+    ap.add_argument("--known", type=Path, help="JSON {task: {\"schedule\": {...}}}: evaluated right after the default")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
+    known = json.loads(args.known.read_text()) if args.known else {}
     started = time.monotonic()   # the deadline counts the generators' time too
     if not 1 <= args.evals <= 200:
         ap.error("--evals must be 1 to 200 (the issue allows a sweep of at most 200 evaluations)")
@@ -220,7 +235,8 @@ def main() -> int:
             results.setdefault("not_started", []).append(task.name)
             continue
         try:
-            row = sweep_task(task, gen, evals, projects, settings, stop_at)
+            row = sweep_task(task, gen, evals, projects, settings, stop_at,
+                             (known.get(task.name) or {}).get("schedule"))
             per_task_s.append(row["startup_and_baselines_s"])
             if row["evaluated"]:
                 per_eval_s.append((row["seconds"] - row["startup_and_baselines_s"]) / row["evaluated"])

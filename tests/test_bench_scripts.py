@@ -73,6 +73,11 @@ def test_sweep_picks_the_default_first_then_distinct_legal_schedules():
     whole, _ = sweep.pick_schedules(space, 100, "act_gelu")           # more than the space: all of it
     assert len(whole) == 20
     assert sweep.pick_schedules(space, 8, "act_gelu")[0] == picked      # the same draw for the same task
+    # a known schedule (missing knobs keep their default) comes right after the default
+    again, _ = sweep.pick_schedules(space, 2, "act_gelu", known={"UNROLL": 4, "NOT_A_KNOB": 1})
+    assert again == [space.default(), {**space.default(), "UNROLL": 4}]
+    illegal, _ = sweep.pick_schedules(space, 2, "act_gelu", known={"BLOCK": 2048})     # over 1024 threads
+    assert illegal[0] == space.default() and illegal[1] != {**space.default(), "BLOCK": 2048}
 
 
 def test_sweep_record_all_skips_spaces_larger_than_asked(tmp_path, monkeypatch):

@@ -258,3 +258,72 @@ def test_compile_ahead_prepares_legal_neighbours_without_changing_the_search(tas
             assert not opt.pool.prepared
         project.close()
     assert runs[0] == runs[1]
+
+
+class MovePolicy:
+    """Random choices among the allowed entries of a move's mask (edits and "evaluate now"), and
+    a note of every mask and transition, so the test sees what the loop offered."""
+
+    name = "moves"
+    max_edits = 2
+
+    def __init__(self):
+        import random as _random
+        self.rng = _random.Random(5)
+        self.masks: list[list[bool]] = []
+        self.transitions: list = []
+
+    def propose(self, state, mask, rng):
+        self.masks.append(list(mask))
+        return self.rng.choice([i for i, ok in enumerate(mask) if ok])
+
+    def observe(self, transition):
+        self.transitions.append(transition)
+
+    def end_episode(self):
+        pass
+
+    def update(self):
+        return None
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        pass
+
+
+def test_moves_of_several_edits_reach_only_new_schedules(task, record, tmp_path):
+    opt, project, pool, events = make(task, record, tmp_path, budget=Budget(evaluations=100))
+    policy = opt.policy = MovePolicy()
+    summary = opt.run()
+    legal = list(opt.space.enumerate())
+    # every legal schedule once, none twice, and the run ends when nothing new is left
+    assert summary.reason == "exhausted" and summary.evaluations == len(legal) == pool.calls
+    n_actions = len(opt.space.actions)
+    assert all(len(m) == n_actions + 1 for m in policy.masks)          # the edits and "evaluate now"
+    by_id = {r.id: r for r in project.candidates()}
+    sizes = []
+    for rec in by_id.values():
+        parent = by_id.get(rec.parent_id)
+        if parent is not None:
+            moved = [k for k in rec.schedule if rec.schedule[k] != parent.schedule[k]]
+            assert 1 <= len(moved) <= policy.max_edits, (rec.origin, moved)
+            assert rec.origin.count("set ") == len(moved)               # one label per edit, distinct knobs
+            sizes.append(len(moved))
+    assert 2 in sizes                                                   # moves of two edits did happen
+    # edits of a move not yet evaluated are observed with no reward and no evaluation spent
+    composing = [t for t in policy.transitions if not t.evaluated]
+    assert composing and all(t.reward == 0.0 and not t.done for t in composing)
+    assert all(t.action < n_actions for t in composing)                 # "evaluate now" always ends a move
+    project.close()
+
+
+def test_a_one_edit_policy_sees_no_evaluate_action(task, record, tmp_path):
+    opt, project, _, _ = make(task, record, tmp_path, budget=Budget(evaluations=6))
+    masks = []
+    propose = opt.policy.propose
+    opt.policy.propose = lambda state, mask, rng: masks.append(len(mask)) or propose(state, mask, rng)
+    opt.run()
+    assert masks and set(masks) == {len(opt.space.actions)}
+    project.close()

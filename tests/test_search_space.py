@@ -185,3 +185,35 @@ def test_make_policy_names_and_weights(tmp_path):
         make_policy("ppo", space, weights=tmp_path / "missing.json")
     with pytest.raises(ValueError, match="unknown policy"):
         make_policy("greedy", space)
+
+
+def test_gae_passes_a_moves_unevaluated_edits_back_undiscounted():
+    # edit (not evaluated), edit (not evaluated), evaluation earning 1: all three share the return
+    adv, ret = gae([0.0, 0.0, 1.0], [0.0, 0.0, 0.0], [False, False, True], gamma=0.5, lam=0.95,
+                   timed=[False, False, True])
+    assert ret == pytest.approx([1.0, 1.0, 1.0])
+    # the same three as evaluations: discounted twice
+    _, ret = gae([0.0, 0.0, 1.0], [0.0, 0.0, 0.0], [False, False, True], gamma=0.5, lam=1.0)
+    assert ret == pytest.approx([0.25, 0.5, 1.0])
+
+
+def test_ppo_scores_evaluate_now_and_never_picks_it_masked():
+    space = ScheduleSpace([Knob(f"K{i}", (1, 2, 3, 4)) for i in range(3)])
+    policy = make_policy("ppo-untrained", space, seed=2)
+    assert policy.max_edits > 1
+    rng = random.Random(4)
+    schedule = space.default()
+    actions = action_features(space, schedule, evaluate=True)
+    assert len(actions) == len(space.actions) + 1 and actions[-1][-1] == 1.0
+    assert all(a[-1] == 0.0 for a in actions[:-1])
+    picks = set()
+    for i in range(300):
+        mask = [rng.random() < 0.3 for _ in actions]
+        mask[-1] = i % 2 == 0
+        if not any(mask):
+            mask[0] = True
+        state = SearchState(schedule, [rng.random() for _ in range(STATE_SIZE)], actions=actions)
+        a = policy.propose(state, mask, rng)
+        assert mask[a]
+        picks.add(a == len(space.actions))
+    assert picks == {True, False}

@@ -11,6 +11,9 @@ knobs. So nothing here is indexed by a knob's position or by a task's name:
   position in the knob's list), the direction and size of the move, whether it returns to the
   default. A policy scores every action from (state, action) with the same weights, so the
   number of actions may differ from task to task.
+- a policy that composes several edits into one move (docs/search.md, "Moves") also scores
+  **evaluate now**, whose vector is all zeros but its own flag; the state then says how many
+  edits the move holds so far.
 """
 from __future__ import annotations
 
@@ -112,9 +115,11 @@ def measurement_features(status: str | None, measurement: Mapping[str, Any] | No
 
 def state_vector(space: ScheduleSpace, task: Any, gpu: Mapping[str, Any] | None, schedule: Mapping[str, int],
                  status: str | None, measurement: Mapping[str, Any] | None, eager_ms: float | None,
-                 step: int = 0, episode_length: int = 8) -> list[float]:
+                 step: int = 0, episode_length: int = 8, edits: int = 0) -> list[float]:
+    """`schedule` is the move's schedule so far; the measurement is of where the move started, and
+    `edits` is how many edits the move holds (0 until a policy composes several)."""
     return (task_features(task) + program_features(space) + gpu_features(gpu) + schedule_summary(space, schedule)
-            + [step / max(episode_length, 1)] + measurement_features(status, measurement, eager_ms))
+            + [step / max(episode_length, 1), edits / 4.0] + measurement_features(status, measurement, eager_ms))
 
 
 def feature_size(space: ScheduleSpace | None = None, task: Any = None, gpu: Mapping[str, Any] | None = None) -> int:
@@ -142,16 +147,23 @@ def action_vector(knob: Knob, value: int, current: int | None, default: int | No
                _log2(value + 1) / 12.0, _log2((current or 0) + 1) / 12.0, new_pos, cur_pos, new_pos - cur_pos,
                max(-1.0, min(1.0, move / 4.0)), 1.0 if value == default else 0.0,
                1.0 if current == default else 0.0, 1.0 if len(knob.values) == 2 else 0.0,
-               _log2(len(knob.values)) / 4.0])
+               _log2(len(knob.values)) / 4.0, 0.0])
 
 
-def action_features(space: ScheduleSpace, schedule: Mapping[str, int]) -> list[list[float]]:
-    """One vector per entry of space.actions, for the edit from `schedule`."""
+def evaluate_vector() -> list[float]:
+    """The "evaluate now" action of a move: no knob, only its own flag (the last entry)."""
+    return [0.0] * (ACTION_SIZE - 1) + [1.0]
+
+
+def action_features(space: ScheduleSpace, schedule: Mapping[str, int], evaluate: bool = False) -> list[list[float]]:
+    """One vector per entry of space.actions, for the edit from `schedule`; with `evaluate`, the
+    "evaluate now" action's vector after them."""
     default = space.default()
     groups = len({knob_parts(k.name)[0] for k in space.knobs})
     knobs = {k.name: k for k in space.knobs}
-    return [action_vector(knobs[a.knob], a.value, schedule.get(a.knob), default.get(a.knob),
-                          knob_parts(a.knob)[0], groups) for a in space.actions]
+    vectors = [action_vector(knobs[a.knob], a.value, schedule.get(a.knob), default.get(a.knob),
+                             knob_parts(a.knob)[0], groups) for a in space.actions]
+    return vectors + [evaluate_vector()] if evaluate else vectors
 
 
 def _sizes() -> tuple[int, int]:

@@ -297,22 +297,84 @@ class Optimizer:
             schedule = {k.name: int(rec.schedule.get(k.name, k.values[0])) for k in self.space.knobs}
             self._measured.setdefault(branch_id, []).append((rec.median_ms, rec.id, schedule))
 
+    def _is_new(self, schedule: dict[str, int]) -> bool:
+        """No verdict yet (a known schedule would cost a step and teach nothing), and in training
+        one the record answers."""
+        h = self._hash(schedule)
+        return (h not in self._by_hash and h not in self._unanswered
+                and (self.unrecorded != "mask" or h in self.pool))
+
     def _proposable(self, schedule: dict[str, int]) -> list[bool]:
-        """The mask of a step: legal edits to schedules with no verdict yet (a known one would
-        cost a step and teach nothing), and in training only those the record answers."""
+        """The mask of a one-edit move: legal edits to new schedules."""
         mask = self.space.mask(schedule)
         for i, ok in enumerate(mask):
             if ok:
-                h = self._hash(self.space.apply(schedule, i))
-                mask[i] = (h not in self._by_hash and h not in self._unanswered
-                           and (self.unrecorded != "mask" or h in self.pool))
+                mask[i] = self._is_new(self.space.apply(schedule, i))
         return mask
 
+    def _move_mask(self, pending: dict[str, int], edited: set[str], last: bool) -> list[bool]:
+        """The mask of the next edit of a move that holds edits of `edited` so far: legal edits of
+        the other knobs; to a known schedule only when the move may take another edit (`last` is
+        False) and a new schedule is one more edit away, so a move never ends where nothing new is."""
+        mask = self.space.mask(pending)
+        for i, ok in enumerate(mask):
+            knob = self.space.actions[i].knob
+            if ok and knob in edited:
+                mask[i] = False
+            elif ok:
+                nxt = self.space.apply(pending, i)
+                mask[i] = self._is_new(nxt) or (not last and self._has_new_neighbour(nxt, edited | {knob}))
+        return mask
+
+    def _has_new_neighbour(self, schedule: dict[str, int], edited: set[str]) -> bool:
+        return any(ok and self.space.actions[i].knob not in edited and self._is_new(self.space.apply(schedule, i))
+                   for i, ok in enumerate(self.space.mask(schedule)))
+
     def _state(self, schedule: dict[str, int], step: int, status: str | None, measurement: dict | None,
-               median: float | None) -> SearchState:
+               median: float | None, edits: int = 0) -> SearchState:
         features = state_vector(self.space, self.task, self.gpu, schedule, status, measurement, self._eager_ms,
-                                step, self.episode_length)
-        return SearchState(dict(schedule), features, step, status, median, action_features(self.space, schedule))
+                                step, self.episode_length, edits)
+        return SearchState(dict(schedule), features, step, status, median,
+                           action_features(self.space, schedule, evaluate=self.policy.max_edits > 1))
+
+    def _propose(self, state: SearchState, mask: list[bool]) -> int:
+        action = self.policy.propose(state, mask, self.rng)
+        if not mask[action]:
+            raise RuntimeError(f"policy {self.policy.name} chose masked action {action}")
+        return action
+
+    def _move(self, schedule: dict[str, int], state: SearchState, last: tuple[str | None, dict | None, float | None],
+              step: int) -> tuple[dict[str, int], list[int], SearchState, int] | None:
+        """The policy's next move from `schedule`: (the schedule to evaluate, its edits, the state and
+        action of its last choice, which the caller rewards once the move is measured), or None when
+        no new schedule is in reach. With max_edits > 1 the policy composes edits of different knobs
+        until it picks "evaluate now" or the move is full; each edit but the last is observed at once,
+        with no reward and no evaluation spent (Transition.evaluated False)."""
+        if self.policy.max_edits <= 1:
+            mask = self._proposable(schedule)
+            if not any(mask):
+                return None
+            action = self._propose(state, mask)
+            return self.space.apply(schedule, action), [action], state, action
+        evaluate_now = len(self.space.actions)
+        pending, edits = dict(schedule), []
+        while True:
+            full = len(edits) + 1 >= self.policy.max_edits
+            mask = self._move_mask(pending, {self.space.actions[i].knob for i in edits}, full)
+            mask.append(bool(edits) and self._is_new(pending))
+            if not any(mask):
+                return None       # only before the first edit: every edit of a move keeps something new in reach
+            action = self._propose(state, mask)
+            if action == evaluate_now:
+                return pending, edits, state, action
+            pending = self.space.apply(pending, action)
+            edits.append(action)
+            if full:
+                return pending, edits, state, action
+            next_state = self._state(pending, step, *last, edits=len(edits))
+            self.policy.observe(Transition(state, action, 0.0, next_state, False, {"move": len(edits)},
+                                           evaluated=False))
+            state = next_state
 
     def _episode(self, start: _Start, started: float) -> str:
         """One episode of edits; returns a budget reason, "forked", "idle" (nothing new) or "done"."""
@@ -337,8 +399,8 @@ class Optimizer:
         prev_ms = parent.median_ms if parent is not None and parent.status == "measured" else None
         tracker = RewardTracker(self.reward_config)
         tracker.start_from(prev_ms, self._eager_ms, self._compile_ms)
-        state = self._state(schedule, 0, parent.status if parent else None, parent.measurement if parent else None,
-                            prev_ms)
+        last = (parent.status if parent else None, parent.measurement if parent else None, prev_ms)
+        state = self._state(schedule, 0, *last)
         new = 0
         for step in range(self.episode_length):
             self._gate()
@@ -347,15 +409,12 @@ class Optimizer:
                 return reason
             if self._pending_fork is not None:
                 return "forked"
-            mask = self._proposable(schedule)
-            if not any(mask):
+            move = self._move(schedule, state, last, step)
+            if move is None:
                 break
-            action = self.policy.propose(state, mask, self.rng)
-            if not mask[action]:
-                raise RuntimeError(f"policy {self.policy.name} chose masked action {action}")
-            next_schedule = self.space.apply(schedule, action)
+            next_schedule, edits, state, action = move
             candidate = self.program.with_schedule(next_schedule)
-            label = self.space.actions[action].label()
+            label = " + ".join(self.space.actions[i].label() for i in edits)
             result, rec, counted = self._evaluate(candidate, branch_id, parent_id, label, step)
             new += counted
             median = rec.median_ms if rec.status == "measured" else None
@@ -368,7 +427,8 @@ class Optimizer:
             done = step == self.episode_length - 1
             if median is not None:         # a correct edit moves the episode; a failed one is undone
                 schedule, parent_id, prev_ms = next_schedule, rec.id, median
-            next_state = self._state(schedule, step + 1, rec.status, rec.measurement, median)
+            last = (rec.status, rec.measurement, median)      # what the next move's states report
+            next_state = self._state(schedule, step + 1, *last)
             if counted or rec.reason != NOT_RECORDED:
                 self.policy.observe(Transition(state, action, r, next_state, done, {"candidate_id": rec.id}))
                 self.steps += 1

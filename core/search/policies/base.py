@@ -25,7 +25,7 @@ class SearchState:
 
 @dataclass
 class Transition:
-    """One evaluated edit."""
+    """One chosen action: an evaluated edit, or one part of a move that is not evaluated yet."""
 
     state: SearchState
     action: int
@@ -33,10 +33,15 @@ class Transition:
     next_state: SearchState
     done: bool                         # the episode ended with this edit
     info: dict[str, Any] = field(default_factory=dict)
+    evaluated: bool = True             # False: an edit of a move still being composed (no time passed, reward 0)
 
 
 class Policy:
     name = "policy"
+    # Edits one move may hold before it is evaluated. 1: every edit is evaluated. More: the mask
+    # gets one more entry, "evaluate now" (index len(space.actions)), and the policy composes up
+    # to this many edits of different knobs before the move is measured (docs/search.md, "Moves").
+    max_edits = 1
 
     def propose(self, state: SearchState, mask: list[bool], rng: random.Random) -> int:
         """An action index i with mask[i] True. Callers guarantee at least one is True."""

@@ -24,7 +24,7 @@ from torch import nn
 
 from .base import Policy, SearchState, Transition, allowed
 
-FORMAT = "cuda-agent-ppo/3"       # checkpoints of other network layouts cannot load here
+FORMAT = "cuda-agent-ppo/4"       # checkpoints of other network layouts cannot load here
 
 
 @dataclass
@@ -41,6 +41,7 @@ class PPOConfig:
     entropy_coef: float = 0.01
     max_grad_norm: float = 0.5
     min_batch: int = 16            # update() waits until this many transitions are gathered
+    max_edits: int = 3             # edits of different knobs one move may hold before it is evaluated
 
 
 class ActorCritic(nn.Module):
@@ -70,15 +71,18 @@ class ActorCritic(nn.Module):
 
 
 def gae(rewards: list[float], values: list[float], dones: list[bool], gamma: float, lam: float,
-        last_value: float = 0.0) -> tuple[list[float], list[float]]:
-    """Advantages and returns; a done step does not bootstrap from the next value."""
+        last_value: float = 0.0, timed: list[bool] | None = None) -> tuple[list[float], list[float]]:
+    """Advantages and returns; a done step does not bootstrap from the next value. A step that is
+    not `timed` (an edit of a move not evaluated yet: no evaluation was spent) passes the next
+    step's value and advantage back undiscounted, so a move's edits share what the move earns."""
     adv = [0.0] * len(rewards)
     running = 0.0
     for t in reversed(range(len(rewards))):
         next_value = last_value if t == len(rewards) - 1 else values[t + 1]
         live = 0.0 if dones[t] else 1.0
-        delta = rewards[t] + gamma * next_value * live - values[t]
-        running = delta + gamma * lam * live * running
+        g, l = (gamma, lam) if timed is None or timed[t] else (1.0, 1.0)
+        delta = rewards[t] + g * next_value * live - values[t]
+        running = delta + g * l * live * running
         adv[t] = running
     return adv, [a + v for a, v in zip(adv, values)]
 
@@ -88,6 +92,7 @@ class PPOPolicy(Policy):
 
     def __init__(self, state_size: int, action_size: int, seed: int = 0, config: PPOConfig | None = None):
         self.config = config or PPOConfig()
+        self.max_edits = self.config.max_edits
         self.state_size, self.action_size = state_size, action_size
         torch.manual_seed(seed)
         self.net = ActorCritic(state_size, action_size, self.config.hidden)
@@ -124,7 +129,7 @@ class PPOPolicy(Policy):
         self._pending = None
         if step is None or step["action"] != transition.action:
             return     # not proposed by this policy (e.g. a forced start): nothing to learn from
-        step.update(reward=float(transition.reward), done=bool(transition.done))
+        step.update(reward=float(transition.reward), done=bool(transition.done), timed=transition.evaluated)
         self._buffer.append(step)
 
     def end_episode(self) -> None:
@@ -137,7 +142,7 @@ class PPOPolicy(Policy):
             return None
         batch, self._buffer = self._buffer, []
         adv, ret = gae([b["reward"] for b in batch], [b["value"] for b in batch], [b["done"] for b in batch],
-                       c.gamma, c.lam)
+                       c.gamma, c.lam, timed=[b.get("timed", True) for b in batch])
         # Spaces differ in size: pad every step's actions to the largest, padding masked.
         width = max(len(b["mask"]) for b in batch)
         x = torch.stack([b["x"] for b in batch])
