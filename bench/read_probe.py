@@ -138,8 +138,10 @@ def main() -> None:
             ok = torch.allclose(out, ref, rtol=1e-4, atol=1e-2)
             t = timed_ms(call)
         rows.append((f"block per row: {threads} threads, {acc} accumulators, {rpb} rows per block", t, ok))
-    # The evaluator flushes L2 before every timed call by writing a buffer twice its size. The lines
-    # that write leaves in L2 are dirty: does the timed call pay for writing them back?
+    # The evaluator flushes L2 before every timed call by writing a buffer twice its size (as
+    # triton.testing.do_bench does). The lines that write leaves in L2 are dirty: how much does the
+    # timed call pay for writing them back? (2026-12-01: the same schedules timed with a clean flush
+    # ran up to 10 us faster on 64 us reductions; docs/performance.md.)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     dirty = torch.empty(2 * l2 // 4, dtype=torch.int32, device=dev)
     clean = torch.zeros_like(dirty)

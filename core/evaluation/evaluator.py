@@ -56,13 +56,8 @@ class Baselines:
         return cls(**d)
 
 
-# Names timer.py's protocol in the baseline cache: baselines timed by an earlier protocol (before
-# 2026-12-01 the L2 flush left dirty lines) are timed again.
-TIMING_PROTOCOL = "cleanflush1"
-
-
 def baselines_path(task_hash: str, key: str) -> Path:
-    return cache_root() / "baselines" / f"{key}-{TIMING_PROTOCOL}-{task_hash[:20]}.json"
+    return cache_root() / "baselines" / f"{key}-{task_hash[:20]}.json"
 
 
 class Evaluator:

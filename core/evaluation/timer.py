@@ -2,9 +2,7 @@
 
 Per repetition, outside the timed region: copy this repetition's input set into the live input
 buffers (sets alternate, so a kernel cannot replay an answer it remembers for a pointer), poison
-the outputs, then flush L2 by writing a buffer twice its size and reading another one as large
-(so the lines left in L2 are clean: the timed call must not pay for writing back the flush's own
-dirty lines, bytes no roofline floor counts); wait for all of it. Then launch
+the outputs, then flush L2 by writing a buffer twice its size; wait for all of it. Then launch
 the *gate*: a spin kernel that holds every thread slot of every SM for longer than the host needs
 to launch the call (measured during warm-up), so the call's launch latency stays out of the
 measurement, and nothing the candidate starts on another stream can run hidden under it.
@@ -94,17 +92,13 @@ class Timer:
     def __init__(self, device: torch.device, l2_bytes: int, settings: TimerSettings | None = None):
         self.device = device
         self.settings = settings or TimerSettings()
-        # At least twice the L2 size, as int32 words: one written (evicts everything), one read after it.
+        # At least twice the L2 size, as int32 words.
         self.flush_buf = torch.empty(max(2 * l2_bytes, 64 << 20) // 4, dtype=torch.int32, device=device)
-        self.clean_buf = torch.zeros_like(self.flush_buf)
         self.gate: _Gate | None = None
         self.cycles_per_us = 0.0        # SM clock cycles of the gate per microsecond
 
     def flush(self) -> None:
         self.flush_buf.zero_()
-        # Reading the other buffer writes the dirty lines back now, outside the timed region
-        # (bench/read_probe.py measured what they cost the next call; docs/performance.md).
-        self.clean_buf.sum()
 
     def build_gate(self) -> None:
         """Compile and load the gate. Launches nothing, so a spare does it while it starts."""
