@@ -15,7 +15,7 @@
 # DEADLINE (seconds from this script's start, default 480) is what is left to each sweep: no task
 # starts that would not end before it (by the cost of the tasks done so far), and a task still
 # running at it stops and keeps what it measured, so the call ends inside the device's per-command limit.
-# TIMED_MS (default 25 here; the evaluator defaults to 100, docs/performance.md) is each timing's
+# TIMED_MS (default 25, as the evaluator's; docs/performance.md) is each timing's
 # timed wall time (bench/sweep.py --timed-ms).
 # BEFORE, a shell command, runs on GPU 0 after its tests and before its shard, with $BEFORE_OUT a
 # folder that comes back as before.tar.gz (its output goes to before.log).

@@ -90,14 +90,15 @@ def sweep_task(task, gen, evals: int, projects: Path, settings: SupervisorSettin
         row["compile_error"] = b.compile_error
         best = None
         row["evaluated"] = 0
+        known_at = 1 if known and len(schedules) > 1 and all(
+            schedules[1].get(k) == v for k, v in known.items() if k in schedules[1]) else None
         for i, (schedule, candidate) in enumerate(zip(schedules, candidates)):
             if time.monotonic() > stop_at:
                 row["truncated"] = True
                 compiles.shutdown(wait=False, cancel_futures=True)
                 break
             row["evaluated"] = i + 1
-            is_known = bool(known) and i == 1 and all(schedule.get(k) == v for k, v in known.items() if k in schedule)
-            origin = "default" if i == 0 else "known" if is_known else "random"
+            origin = "default" if i == 0 else "known" if i == known_at else "random"
             rec = CandidateRecord.from_program(candidate, origin=f"sweep:{origin}")
             project.add_candidate(rec)
             result = ev.evaluate(candidate)

@@ -623,7 +623,7 @@ def _constraints(plan: _Plan, widest: int, acc_bytes: int) -> list:
     leave threads idle or knobs without effect; the default is exempt from the soft ones."""
     default = {k.name: k.values[0] for k in plan.knobs}
     n_out, n_red, inner, rows_family = plan.n_out, plan.n_red, plan.inner, plan.family == "rows"
-    min_threads = ROWS_MIN_THREADS
+    min_threads = ROWS_MIN_THREADS     # read now: the constraint keeps the threshold it was lowered with
 
     def chunk(s: Any) -> int:
         """Reduction elements per part (per block in the rows kernel)."""

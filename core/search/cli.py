@@ -416,10 +416,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     console.print(table, soft_wrap=True, markup=False)
     if args.report:
         Path(args.report).write_text(table)
-    for label, subset in (("median over tasks and seeds", trials),
-                          (f"the {len({t.record for t in default_misses(trials)})} tasks whose default misses "
-                           "the target", default_misses(trials))):
-        if subset and (subset is trials or len(subset) < len(trials)):
+    misses = default_misses(trials)
+    subsets = [("median over tasks and seeds", trials)]
+    if misses and len(misses) < len(trials):
+        subsets.append((f"the {len({t.record for t in misses})} tasks whose default misses the target", misses))
+    for label, subset in subsets:
+        if subset:
             medians = overall(subset, args.eval_budget)
             console.print(f"held out, {label}: " + ", ".join(f"{p} {m:g}" for p, m in medians.items())
                           + " evaluations to 97 % of the best")

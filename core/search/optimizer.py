@@ -304,31 +304,21 @@ class Optimizer:
         return (h not in self._by_hash and h not in self._unanswered
                 and (self.unrecorded != "mask" or h in self.pool))
 
-    def _proposable(self, schedule: dict[str, int]) -> list[bool]:
-        """The mask of a one-edit move: legal edits to new schedules."""
+    def _proposable(self, schedule: dict[str, int], edited: frozenset[str] = frozenset(),
+                    last: bool = True) -> list[bool]:
+        """The mask of the next edit from `schedule`: legal edits to new schedules. Within a move that
+        holds edits of the knobs `edited` so far: only the other knobs, and, when the move may take
+        another edit (`last` False), also to a known schedule one edit away from a new one, so a
+        move never ends where nothing new is."""
         mask = self.space.mask(schedule)
-        for i, ok in enumerate(mask):
-            if ok:
-                mask[i] = self._is_new(self.space.apply(schedule, i))
-        return mask
-
-    def _move_mask(self, pending: dict[str, int], edited: set[str], last: bool) -> list[bool]:
-        """The mask of the next edit of a move that holds edits of `edited` so far: legal edits of
-        the other knobs; to a known schedule only when the move may take another edit (`last` is
-        False) and a new schedule is one more edit away, so a move never ends where nothing new is."""
-        mask = self.space.mask(pending)
         for i, ok in enumerate(mask):
             knob = self.space.actions[i].knob
             if ok and knob in edited:
                 mask[i] = False
             elif ok:
-                nxt = self.space.apply(pending, i)
-                mask[i] = self._is_new(nxt) or (not last and self._has_new_neighbour(nxt, edited | {knob}))
+                nxt = self.space.apply(schedule, i)
+                mask[i] = self._is_new(nxt) or (not last and any(self._proposable(nxt, edited | {knob})))
         return mask
-
-    def _has_new_neighbour(self, schedule: dict[str, int], edited: set[str]) -> bool:
-        return any(ok and self.space.actions[i].knob not in edited and self._is_new(self.space.apply(schedule, i))
-                   for i, ok in enumerate(self.space.mask(schedule)))
 
     def _state(self, schedule: dict[str, int], step: int, status: str | None, measurement: dict | None,
                median: float | None, edits: int = 0) -> SearchState:
@@ -360,7 +350,7 @@ class Optimizer:
         pending, edits = dict(schedule), []
         while True:
             full = len(edits) + 1 >= self.policy.max_edits
-            mask = self._move_mask(pending, {self.space.actions[i].knob for i in edits}, full)
+            mask = self._proposable(pending, frozenset(self.space.actions[i].knob for i in edits), full)
             mask.append(bool(edits) and self._is_new(pending))
             if not any(mask):
                 return None       # only before the first edit: every edit of a move keeps something new in reach
