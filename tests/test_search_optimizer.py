@@ -228,7 +228,7 @@ def test_kill_9_mid_run_then_reopen(task, record, tmp_path):
 
 
 class PreparingPool(SlowPool):
-    """Has prepare(), like core.evaluation.Evaluator: the loop compiles neighbours ahead."""
+    """Has prepare(), like core.evaluation.Evaluator: the loop compiles predicted candidates ahead."""
 
     def __init__(self, pool, delay):
         super().__init__(pool, delay)
@@ -240,24 +240,47 @@ class PreparingPool(SlowPool):
             self.prepared.append(dict(candidate.schedule))
 
 
-def test_compile_ahead_prepares_legal_neighbours_without_changing_the_search(task, record, tmp_path):
+def _trace(events):
+    return [(type(e).__name__, getattr(e, "candidate_id", None)) for e in events
+            if isinstance(e, (CandidateProposed, CandidateEvaluated))]
+
+
+@pytest.mark.parametrize("policy", ["random", "ppo"])
+def test_compile_ahead_prepares_legal_candidates_without_changing_the_search(task, record, tmp_path, policy):
     runs = []
     for ahead in (0, 3):
-        opt, project, _, events = make(task, record, tmp_path, budget=Budget(evaluations=8))
+        opt, project, _, events = make(task, record, tmp_path, policy, budget=Budget(evaluations=8))
         opt.pool = PreparingPool(opt.pool.pool, 0.02)
         opt.compile_ahead = ahead
         opt.run()
-        runs.append([(type(e).__name__, getattr(e, "candidate_id", None)) for e in events
-                     if isinstance(e, (CandidateProposed, CandidateEvaluated))])
+        runs.append(_trace(events))
         if ahead:
             assert opt.pool.prepared, "nothing was compiled ahead"
             assert all(opt.space.legal(s) for s in opt.pool.prepared)
             keys = [tuple(sorted(s.items())) for s in opt.pool.prepared]
-            assert len(keys) == len(set(keys))           # each neighbour compiled ahead at most once
+            assert len(keys) == len(set(keys))           # each candidate compiled ahead at most once
         else:
             assert not opt.pool.prepared
         project.close()
     assert runs[0] == runs[1]
+
+
+def test_compile_ahead_predicts_random_search_exactly(task, record, tmp_path):
+    """Random search's choice ignores times, so the prediction (a copy of the loop's rng) is the very
+    candidate the loop evaluates next, whenever the one measured before it was correct."""
+    opt, project, _, events = make(task, record, tmp_path, "random", budget=Budget(evaluations=30))
+    opt.pool = PreparingPool(opt.pool.pool, 0.01)
+    opt.compile_ahead = 1
+    opt.run()
+    prepared = {tuple(sorted(s.items())) for s in opt.pool.prepared}
+    proposed = [e for e in events if isinstance(e, CandidateProposed)]
+    verdicts = {e.candidate_id: e.status for e in events if isinstance(e, CandidateEvaluated)}
+    predictable = [e for prev, e in zip(proposed, proposed[1:])
+                   if e.step == prev.step + 1 and verdicts.get(prev.candidate_id) == "measured"]
+    assert len(predictable) >= 10
+    missed = [e.candidate_id for e in predictable if tuple(sorted(e.schedule.items())) not in prepared]
+    assert not missed, f"candidates not compiled ahead: {missed}"
+    project.close()
 
 
 class MovePolicy:

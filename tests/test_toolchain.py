@@ -455,10 +455,21 @@ def test_pool_runs_jobs_in_parallel_with_futures(fake_compilers):
         assert sorted(f.result().cubin for f in futures) == sorted(b"\x7fELFjob%d" % i for i in range(24))
 
 
+def test_pool_joins_a_compile_of_the_same_source_in_flight(fake_compilers):
+    with CompilePool(workers=2, timeout=20.0, cache=None, compile_fn=fake_compilers) as pool:
+        first = pool.submit("sleep:0.5#same")
+        second = pool.submit("sleep:0.5#same")        # e.g. the loop asking for what compile-ahead started
+        other = pool.submit("sleep:0.5#other")
+        assert second is first and other is not first
+        assert first.result().ok and other.result().ok
+        again = pool.submit("sleep:0.5#same")          # done jobs are forgotten: a fresh compile
+        assert again is not first and again.result().ok
+
+
 def test_pool_close_cancels_and_refuses(fake_compilers):
     pool = CompilePool(workers=1, timeout=20.0, cache=None, compile_fn=fake_compilers)
-    running = pool.submit("sleep:10")
-    queued = pool.submit("sleep:10")
+    running = pool.submit("sleep:10#running")
+    queued = pool.submit("sleep:10#queued")
     deadline = time.monotonic() + 10
     while pool.worker_pids() == [None] and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -10,6 +10,7 @@ compiles (in a CPU process pool) and does arithmetic, so it is safe in a GUI pro
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -123,7 +124,8 @@ class Evaluator:
             if self._pool is None:
                 from core.toolchain import CompilePool
 
-                self._pool = CompilePool(workers=2)
+                # Room for the loop's own compile next to compile-ahead's predictions (2 by default).
+                self._pool = CompilePool(workers=max(2, min(4, (os.cpu_count() or 2) // 4)))
             return self._pool
 
     # ---- baselines and ceilings ----------------------------------------------------------------

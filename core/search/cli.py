@@ -47,6 +47,8 @@ def add_run_parser(sub: Any) -> None:
     p.add_argument("--skip-unrecorded", action="store_true",
                    help="with --replay: do not count or penalise candidates missing from the record")
     p.add_argument("--device", type=int, default=0, help="GPU index when not replaying")
+    p.add_argument("--compile-ahead", type=int, default=2, metavar="N",
+                   help="candidates predicted and compiled while the GPU measures (default 2; 0: off)")
     p.set_defaults(func=cmd_run)
 
 
@@ -439,7 +441,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = RunConfig(task=args.task, project=args.project, program=args.program, policy=args.policy,
                        budget=args.budget, seconds=args.seconds, episode=args.episode, seed=args.seed,
                        replay=list(args.replay), skip_unrecorded=args.skip_unrecorded, device=args.device,
-                       weights=args.weights)
+                       weights=args.weights, compile_ahead=max(0, args.compile_ahead))
     status = console.status("starting the evaluator and measuring baselines...")
 
     def starting(text: str) -> None:

@@ -19,7 +19,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from core.project import CandidateRecord
 
@@ -83,11 +83,13 @@ class Optimizer:
         self.gpu = gpu or (project.hardware if project is not None else None)
         self.max_idle_episodes = max_idle_episodes     # episodes in a row with nothing new to evaluate -> "exhausted"
         self.resume_unfinished = resume
-        # Compile pipelining: while the GPU measures a candidate, up to `compile_ahead` of its
-        # one-edit neighbours are compiled on CPU workers through pool.prepare (the Evaluator's
-        # compile step, which fills the compile cache), so the next evaluation finds its cubin ready.
+        # Compile pipelining: while the GPU measures a candidate, the loop predicts up to
+        # `compile_ahead` candidates the policy is likely to propose next and compiles them on CPU
+        # workers through pool.prepare (the Evaluator's compile step, which fills the compile cache
+        # and joins a compile already in flight), so the next evaluation finds its cubin ready.
         self.compile_ahead = compile_ahead if hasattr(pool, "prepare") else 0
         self._compiler: ThreadPoolExecutor | None = None
+        self._measurer: ThreadPoolExecutor | None = None
         self._ahead: list[Future] = []
         self._prepared: set[str] = set()
 
@@ -334,17 +336,21 @@ class Optimizer:
         return action
 
     def _move(self, schedule: dict[str, int], state: SearchState, last: tuple[str | None, dict | None, float | None],
-              step: int) -> tuple[dict[str, int], list[int], SearchState, int] | None:
+              step: int, preview: random.Random | None = None) -> tuple[dict[str, int], list[int], SearchState, int] | None:
         """The policy's next move from `schedule`: (the schedule to evaluate, its edits, the state and
         action of its last choice, which the caller rewards once the move is measured), or None when
         no new schedule is in reach. With max_edits > 1 the policy composes edits of different knobs
         until it picks "evaluate now" or the move is full; each edit but the last is observed at once,
-        with no reward and no evaluation spent (Transition.evaluated False)."""
+        with no reward and no evaluation spent (Transition.evaluated False). With a `preview` rng the
+        move is only predicted: policy.preview draws from that rng and nothing is observed."""
+        def choose(state: SearchState, mask: list[bool]) -> int:
+            return self.policy.preview(state, mask, preview) if preview else self._propose(state, mask)
+
         if self.policy.max_edits <= 1:
             mask = self._proposable(schedule)
             if not any(mask):
                 return None
-            action = self._propose(state, mask)
+            action = choose(state, mask)
             return self.space.apply(schedule, action), [action], state, action
         evaluate_now = len(self.space.actions)
         pending, edits = dict(schedule), []
@@ -354,7 +360,7 @@ class Optimizer:
             mask.append(bool(edits) and self._is_new(pending))
             if not any(mask):
                 return None       # only before the first edit: every edit of a move keeps something new in reach
-            action = self._propose(state, mask)
+            action = choose(state, mask)
             if action == evaluate_now:
                 return pending, edits, state, action
             pending = self.space.apply(pending, action)
@@ -362,9 +368,25 @@ class Optimizer:
             if full:
                 return pending, edits, state, action
             next_state = self._state(pending, step, *last, edits=len(edits))
-            self.policy.observe(Transition(state, action, 0.0, next_state, False, {"move": len(edits)},
-                                           evaluated=False))
+            if not preview:
+                self.policy.observe(Transition(state, action, 0.0, next_state, False, {"move": len(edits)},
+                                               evaluated=False))
             state = next_state
+
+    def _predict(self, schedule: dict[str, int], step: int, last: tuple[str | None, dict | None, float | None]
+                 ) -> list[dict[str, int]]:
+        """The schedules the policy will most likely evaluate next, if the candidate being measured
+        (`schedule`) is correct and its time like `last`'s. The first prediction draws from a copy of
+        the loop's rng: for a policy whose choice does not depend on times, the very draw the loop
+        will make. Further predictions draw from rng_ahead, which the search never uses."""
+        copy = random.Random()
+        copy.setstate(self.rng.getstate())
+        out: list[dict[str, int]] = []
+        for rng in [copy] + [self.rng_ahead] * (self.compile_ahead - 1):
+            move = self._move(schedule, self._state(schedule, step, *last), last, step, preview=rng)
+            if move is not None and move[0] not in out:
+                out.append(move[0])
+        return out
 
     def _episode(self, start: _Start, started: float) -> str:
         """One episode of edits; returns a budget reason, "forked", "idle" (nothing new) or "done"."""
@@ -375,7 +397,8 @@ class Optimizer:
             reason = self._budget_reason(started)
             if reason:
                 return reason
-            result, rec, _ = self._evaluate(self.program.with_schedule(schedule), branch_id, None, "start", -1)
+            result, rec, _ = self._evaluate(self.program.with_schedule(schedule), branch_id, None, "start", -1,
+                                            ahead=lambda: self._predict(schedule, 0, ("measured", None, None)))
             if result is not None:
                 # Not an action, so no policy learns from it; stored like an edit with no time before it.
                 r0 = RewardTracker(self.reward_config).reward(rec.status, rec.median_ms, None, self._eager_ms,
@@ -405,7 +428,11 @@ class Optimizer:
             next_schedule, edits, state, action = move
             candidate = self.program.with_schedule(next_schedule)
             label = " + ".join(self.space.actions[i].label() for i in edits)
-            result, rec, counted = self._evaluate(candidate, branch_id, parent_id, label, step)
+            ahead = None
+            if step + 1 < self.episode_length:      # the next episode's start depends on this verdict
+                guess = ("measured", last[1], prev_ms)
+                ahead = lambda: self._predict(next_schedule, step + 1, guess)  # noqa: E731
+            result, rec, counted = self._evaluate(candidate, branch_id, parent_id, label, step, ahead)
             new += counted
             median = rec.median_ms if rec.status == "measured" else None
             r = tracker.reward(rec.status, median, prev_ms, self._eager_ms, self._compile_ms)
@@ -452,10 +479,11 @@ class Optimizer:
             self.best_id, self.best_ms = rec.id, median
             self._emit(NewBest(rec.id, median, (rec.measurement or {}).get("speedup_eager")))
 
-    def _evaluate(self, candidate: Any, branch_id: int, parent_id: int | None, label: str,
-                  step: int) -> tuple[Any, CandidateRecord, bool]:
+    def _evaluate(self, candidate: Any, branch_id: int, parent_id: int | None, label: str, step: int,
+                  ahead: Callable[[], list[dict[str, int]]] | None = None) -> tuple[Any, CandidateRecord, bool]:
         """(EvalResult or None when answered from the record, the record, counted as an evaluation).
-        A fresh candidate is committed as queued, evaluated, and its verdict committed."""
+        A fresh candidate is committed as queued, evaluated, and its verdict committed. `ahead`
+        predicts the next candidates, which are compiled while this one is measured."""
         h = candidate.content_hash()
         known = self._by_hash.get(h)
         if known is not None:
@@ -465,8 +493,7 @@ class Optimizer:
         rec.extra = {"run": self.run_id, "step": step}
         self.project.add_candidate(rec)
         self._emit(CandidateProposed(rec.id, branch_id, parent_id, label, dict(candidate.schedule), step))
-        self._compile_neighbours(candidate.schedule)
-        result = self.pool.evaluate(candidate)
+        result = self._measure(candidate, ahead)
         counted = not (result.reason == NOT_RECORDED and self.unrecorded != "penalise")
         if counted:
             self.evaluations += 1
@@ -482,21 +509,28 @@ class Optimizer:
             self._unanswered.add(h)
         return result, rec, counted
 
-    def _compile_neighbours(self, schedule: dict[str, int]) -> None:
-        if self.compile_ahead <= 0:
-            return
+    def _measure(self, candidate: Any, ahead: Callable[[], list[dict[str, int]]] | None) -> Any:
+        """pool.evaluate(candidate). With compile-ahead on, the GPU measures in a helper thread while
+        this one predicts the next candidates and queues their compiles."""
+        if self.compile_ahead <= 0 or ahead is None:
+            return self.pool.evaluate(candidate)
+        if self._measurer is None:
+            self._measurer = ThreadPoolExecutor(1, thread_name_prefix="measure")
+        measuring = self._measurer.submit(self.pool.evaluate, candidate)
+        try:
+            self._compile_ahead(ahead())
+        except Exception:
+            pass     # a prediction must never cost the measurement
+        return measuring.result()
+
+    def _compile_ahead(self, schedules: list[dict[str, int]]) -> None:
         if self._compiler is None:
-            self._compiler = ThreadPoolExecutor(self.compile_ahead, thread_name_prefix="compile-ahead")
+            self._compiler = ThreadPoolExecutor(max(1, self.compile_ahead), thread_name_prefix="compile-ahead")
         for future in self._ahead:
-            future.cancel()              # neighbours of an earlier candidate: no longer likely next
+            future.cancel()              # predictions made before the last verdict: not queued any more
         self._ahead = []
-        mask = self.space.mask(schedule)
-        choices = [i for i, ok in enumerate(mask) if ok]
-        self.rng_ahead.shuffle(choices)
-        for i in choices:
-            if len(self._ahead) >= self.compile_ahead:
-                break
-            nxt = self.program.with_schedule(self.space.apply(schedule, i))
+        for schedule in schedules:
+            nxt = self.program.with_schedule(schedule)
             h = nxt.content_hash()
             if h in self._by_hash or h in self._prepared:
                 continue
@@ -513,6 +547,9 @@ class Optimizer:
         if self._compiler is not None:
             self._compiler.shutdown(wait=False, cancel_futures=True)
             self._compiler = None
+        if self._measurer is not None:
+            self._measurer.shutdown(wait=True)
+            self._measurer = None
 
     def _learn(self) -> None:
         metrics = self.policy.update()

@@ -37,6 +37,7 @@ class RunConfig:
     skip_unrecorded: bool = False
     device: int = 0
     weights: str | Path | None = None       # PPO weights to start from (default: the shipped pretrained ones)
+    compile_ahead: int = 2                  # predicted next candidates compiled while the GPU measures (0: off)
 
 
 @dataclass
@@ -122,7 +123,8 @@ def open_run(config: RunConfig, observers: list[Callable[[Any], None]] | None = 
         setup.notes.append(_policy_note(config, policy))
         setup.optimizer = Optimizer(task, program, setup.pool, project, policy, Budget(config.budget, config.seconds),
                                     observers=observers or [], episode_length=config.episode, seed=config.seed,
-                                    space=space, unrecorded="skip" if config.skip_unrecorded else "penalise")
+                                    space=space, unrecorded="skip" if config.skip_unrecorded else "penalise",
+                                    compile_ahead=config.compile_ahead)
     except BaseException:
         setup.close()
         raise

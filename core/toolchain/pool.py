@@ -206,6 +206,9 @@ class CompilePool:
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._closed = False
+        # Jobs queued or compiling, by cache key: a second submit of the same source (the loop's
+        # own compile of a candidate that compile-ahead already started) joins the first.
+        self._inflight: dict[str, Future] = {}
 
     # -- public API --------------------------------------------------------------------------
     def submit(self, source: str, *, arch: str = "sm_90", options: Iterable[str] = (),
@@ -227,11 +230,21 @@ class CompilePool:
         with self._lock:
             if self._closed:
                 raise PoolClosedError("submit() on a closed CompilePool")
+            running = self._inflight.get(key)
+            if running is not None and not running.cancelled():
+                return running
             self._start_dispatchers()
             future = Future()
+            self._inflight[key] = future
+            future.add_done_callback(lambda f, key=key: self._forget(key, f))
             payload = {"source": source, "arch": str(arch), "options": options, "filename": filename}
             self._jobs.put(_Job(future, payload, key, str(arch), cacheable))
         return future
+
+    def _forget(self, key: str, future: Future) -> None:
+        # No lock: close() cancels futures while holding it, which runs this callback.
+        if self._inflight.get(key) is future:
+            self._inflight.pop(key, None)
 
     def compile(self, source: str, *, arch: str = "sm_90", options: Iterable[str] = (),
                 filename: str = "kernel.cu") -> CompileResult:

@@ -47,6 +47,12 @@ class Policy:
         """An action index i with mask[i] True. Callers guarantee at least one is True."""
         raise NotImplementedError
 
+    def preview(self, state: SearchState, mask: list[bool], rng: random.Random) -> int:
+        """What propose would choose with this rng, remembering nothing: the loop compiles the likely
+        next candidate while the GPU measures the current one. Policies whose propose has side effects
+        override this."""
+        return self.propose(state, mask, rng)
+
     def observe(self, transition: Transition) -> None:
         pass
 

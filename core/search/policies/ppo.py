@@ -111,6 +111,13 @@ class PPOPolicy(Policy):
                 torch.tensor(mask, dtype=torch.bool))
 
     def propose(self, state: SearchState, mask: list[bool], rng: random.Random) -> int:
+        self._pending = self._choose(state, mask, rng)
+        return self._pending["action"]
+
+    def preview(self, state: SearchState, mask: list[bool], rng: random.Random) -> int:
+        return self._choose(state, mask, rng)["action"]
+
+    def _choose(self, state: SearchState, mask: list[bool], rng: random.Random) -> dict[str, Any]:
         allowed(mask)
         x, acts, m = self._tensors(state, mask)
         with torch.no_grad():
@@ -121,8 +128,7 @@ class PPOPolicy(Policy):
             if not mask[action]:          # zero-probability pick by float rounding: never allowed
                 action = max(allowed(mask), key=lambda i: probs[i])
             logp = float(dist.log_prob(torch.tensor([action]))[0])
-        self._pending = {"x": x, "acts": acts, "mask": m, "action": action, "logp": logp, "value": float(value[0])}
-        return action
+        return {"x": x, "acts": acts, "mask": m, "action": action, "logp": logp, "value": float(value[0])}
 
     def observe(self, transition: Transition) -> None:
         step = self._pending

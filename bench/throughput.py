@@ -1,0 +1,81 @@
+"""Loop throughput of `cuda-agent run` on the GPU: candidates evaluated per minute (issue 4: >= 300).
+
+    PYTHONPATH=. python3 bench/throughput.py --out DIR RUN [RUN ...]
+
+Each RUN is TASK:POLICY:BUDGET[:COMPILE_AHEAD] (a task of resources/tasks, compile-ahead 2 unless
+given). Every run is the product command, `cuda-agent run resources/tasks/TASK.py --policy POLICY
+--budget BUDGET --compile-ahead N --project DIR/TASK-POLICY-aN.cuagent`, one after another on one GPU.
+From each project: candidates evaluated, the wall time from the first proposal to the last verdict
+(the evaluator's start and the baselines come before the first proposal), candidates per minute,
+the median gap between verdicts, the median kernel time, and how many candidates found their
+compile already done (compile-ahead's hits). Prints a Markdown table; writes DIR/throughput.md.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from core.project import Project  # noqa: E402
+
+
+def summarise(path: Path) -> dict:
+    with Project.open(path, readonly=True) as project:
+        recs = [r for r in project.candidates() if r.evaluated_at and r.extra.get("counted", True)]
+    recs.sort(key=lambda r: r.id)
+    if len(recs) < 2:
+        return {"candidates": len(recs)}
+    done = [datetime.fromisoformat(r.evaluated_at) for r in recs]
+    seconds = (done[-1] - datetime.fromisoformat(recs[0].created_at)).total_seconds()
+    gaps = [(b - a).total_seconds() for a, b in zip(done, done[1:])]
+    kernel = [r.median_ms for r in recs if r.status == "measured" and r.median_ms]
+    return {"candidates": len(recs), "seconds": seconds, "per_min": len(recs) / seconds * 60 if seconds else None,
+            "gap_s": statistics.median(gaps), "kernel_us": statistics.median(kernel) * 1e3 if kernel else None,
+            "cached": sum(1 for r in recs if r.extra.get("compile_cached")),
+            "failed": sum(1 for r in recs if r.status != "measured")}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("runs", nargs="+", metavar="TASK:POLICY:BUDGET[:AHEAD]")
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    lines = ["| task | policy | compile-ahead | candidates | failed | seconds | per minute | median gap s | "
+             "median kernel us | compile already done | wall incl. start s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for spec in args.runs:
+        task, policy, budget, *rest = spec.split(":")
+        ahead = int(rest[0]) if rest else 2
+        project = args.out / f"{task}-{policy}-a{ahead}.cuagent"
+        project.unlink(missing_ok=True)
+        cmd = [sys.executable, "-m", "core.cli", "run", str(ROOT / "resources" / "tasks" / f"{task}.py"),
+               "--policy", policy, "--budget", budget, "--compile-ahead", str(ahead), "--project", str(project)]
+        start = time.monotonic()
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        wall = time.monotonic() - start
+        (args.out / f"{project.stem}.log").write_text(proc.stdout + proc.stderr)
+        if proc.returncode != 0 or not project.is_file():
+            print(f"{spec}: exit {proc.returncode}\n{proc.stderr[-2000:]}", flush=True)
+            continue
+        s = summarise(project)
+        row = (f"| {task} | {policy} | {ahead} | {s['candidates']} | {s.get('failed', '-')} | "
+               f"{s.get('seconds', 0):.1f} | {s.get('per_min') or 0:.0f} | {s.get('gap_s', 0):.3f} | "
+               f"{s.get('kernel_us') or 0:.1f} | {s.get('cached', '-')} | {wall:.1f} |")
+        lines.append(row)
+        print(row, flush=True)
+    table = "\n".join(lines) + "\n"
+    (args.out / "throughput.md").write_text(table)
+    print("\n" + table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
