@@ -600,6 +600,14 @@ def test_with_schedule_returns_a_new_program():
     assert program.launches[0].args == ["x", "out", "int32(x.shape[1])"]  # no shared lists
 
 
+def test_content_hash_of_a_schedule_equals_the_hash_of_the_copy():
+    program = softmax()
+    for schedule in ({"BLOCK": 512}, {"BLOCK": 256}, {"BLOCK": 1024}):
+        assert program.content_hash(schedule) == program.with_schedule(schedule).content_hash()
+    assert program.content_hash({"BLOCK": 512}) != program.content_hash()
+    assert program.content_hash({}) == program.content_hash()
+
+
 def test_with_schedule_accepts_numpy_integers():
     numpy = pytest.importorskip("numpy")
     assert softmax().with_schedule({"BLOCK": numpy.int64(128)}).schedule == {"BLOCK": 128}

@@ -16,7 +16,7 @@ import keyword
 import operator
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Union
 
@@ -359,10 +359,15 @@ class KernelProgram:
         """Canonical JSON: keys sorted, list order kept, the source always inline."""
         return json.dumps(self.to_dict(), indent=indent, sort_keys=True, ensure_ascii=False)
 
-    def content_hash(self) -> str:
-        """sha256 of the canonical JSON of everything that changes behaviour (not the name)."""
+    def content_hash(self, schedule: Mapping[str, int] | None = None) -> str:
+        """sha256 of the canonical JSON of everything that changes behaviour (not the name). With
+        `schedule`: the hash of with_schedule(schedule), without copying the program (the search
+        hashes thousands of neighbours)."""
         data = self.to_dict()
         del data["name"]
+        if schedule:
+            merged = {**self.schedule, **{k: int(v) for k, v in schedule.items()}}
+            data["schedule"] = {k: merged[k] for k in sorted(merged)}
         text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -377,8 +382,16 @@ class KernelProgram:
         return [f"-D{name}={self.schedule[name]}" for name in sorted(self.schedule)]
 
     def with_schedule(self, values: Mapping[str, int]) -> KernelProgram:
-        """A copy with some tunables set to other values from their lists."""
-        program = copy.deepcopy(self)
+        """A copy with some tunables set to other values from their lists. The containers are new;
+        their items (strings, numbers, specs nothing edits in place) are shared, which keeps this
+        cheap for a search that checks thousands of schedules."""
+        program = copy.copy(self)
+        program.tunables = {k: list(v) for k, v in self.tunables.items()}
+        program.schedule = dict(self.schedule)
+        program.buffers = [replace(b, shape=list(b.shape)) for b in self.buffers]
+        program.launches = [replace(launch, grid=list(launch.grid), block=list(launch.block), args=list(launch.args))
+                            for launch in self.launches]
+        program.outputs = list(self.outputs)
         for name, value in values.items():
             program.schedule[name] = _integer(value, f"schedule.{name}")
         program._check_schedule()

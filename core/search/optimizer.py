@@ -74,7 +74,6 @@ class Optimizer:
         self.episode_length = episode_length
         self.update_every = update_every
         self.rng = random.Random(seed)
-        self.rng_ahead = random.Random(seed + 1)   # separate, so compile-ahead never changes the search
         self.reward_config = reward or RewardConfig()
         # A replay pool's answer to a schedule it never measured: "penalise" (a rejection, counted),
         # "skip" (not counted, not learned from) or "mask" (never proposed: training on a record).
@@ -90,8 +89,9 @@ class Optimizer:
         self.compile_ahead = compile_ahead if hasattr(pool, "prepare") else 0
         self._compiler: ThreadPoolExecutor | None = None
         self._measurer: ThreadPoolExecutor | None = None
-        self._ahead: list[Future] = []
+        self._ahead: dict[str, Future] = {}
         self._prepared: set[str] = set()
+        self._assumed_known: set[str] = set()       # while predicting: the candidates predicted before
 
         self._run_gate = threading.Event()       # set = proposing allowed
         self._run_gate.set()
@@ -303,7 +303,7 @@ class Optimizer:
         """No verdict yet (a known schedule would cost a step and teach nothing), and in training
         one the record answers."""
         h = self._hash(schedule)
-        return (h not in self._by_hash and h not in self._unanswered
+        return (h not in self._by_hash and h not in self._unanswered and h not in self._assumed_known
                 and (self.unrecorded != "mask" or h in self.pool))
 
     def _proposable(self, schedule: dict[str, int], edited: frozenset[str] = frozenset(),
@@ -375,17 +375,25 @@ class Optimizer:
 
     def _predict(self, schedule: dict[str, int], step: int, last: tuple[str | None, dict | None, float | None]
                  ) -> list[dict[str, int]]:
-        """The schedules the policy will most likely evaluate next, if the candidate being measured
-        (`schedule`) is correct and its time like `last`'s. The first prediction draws from a copy of
-        the loop's rng: for a policy whose choice does not depend on times, the very draw the loop
-        will make. Further predictions draw from rng_ahead, which the search never uses."""
-        copy = random.Random()
-        copy.setstate(self.rng.getstate())
+        """The next `compile_ahead` schedules the policy will most likely evaluate, if the candidate
+        being measured (`schedule`) and each one predicted after it are correct and as fast as `last`
+        says: moves drawn in a row with a copy of the loop's rng, counting the predicted ones as known.
+        For a policy whose choice does not depend on times these are the very draws the loop will
+        make, up to the end of the episode."""
+        rng = random.Random()
+        rng.setstate(self.rng.getstate())
         out: list[dict[str, int]] = []
-        for rng in [copy] + [self.rng_ahead] * (self.compile_ahead - 1):
-            move = self._move(schedule, self._state(schedule, step, *last), last, step, preview=rng)
-            if move is not None and move[0] not in out:
-                out.append(move[0])
+        self._assumed_known = {self._hash(schedule)}
+        try:
+            while len(out) < self.compile_ahead and step < self.episode_length:
+                move = self._move(schedule, self._state(schedule, step, *last), last, step, preview=rng)
+                if move is None:
+                    break
+                schedule, step = move[0], step + 1
+                out.append(schedule)
+                self._assumed_known.add(self._hash(schedule))
+        finally:
+            self._assumed_known = set()
         return out
 
     def _episode(self, start: _Start, started: float) -> str:
@@ -470,7 +478,7 @@ class Optimizer:
         key = self.space.key(schedule)
         h = self._hashes.get(key)
         if h is None:
-            h = self._hashes[key] = self.program.with_schedule(schedule).content_hash()
+            h = self._hashes[key] = self.program.content_hash(schedule)
         return h
 
     def _note_best(self, rec: CandidateRecord) -> None:
@@ -526,16 +534,17 @@ class Optimizer:
     def _compile_ahead(self, schedules: list[dict[str, int]]) -> None:
         if self._compiler is None:
             self._compiler = ThreadPoolExecutor(max(1, self.compile_ahead), thread_name_prefix="compile-ahead")
-        for future in self._ahead:
-            future.cancel()              # predictions made before the last verdict: not queued any more
-        self._ahead = []
-        for schedule in schedules:
-            nxt = self.program.with_schedule(schedule)
-            h = nxt.content_hash()
+        wanted = {self._hash(schedule): schedule for schedule in schedules}
+        for h, future in list(self._ahead.items()):
+            if h not in wanted and future.cancel():     # predicted earlier, no longer, not started
+                self._prepared.discard(h)
+                del self._ahead[h]
+        for h, schedule in wanted.items():
             if h in self._by_hash or h in self._prepared:
                 continue
             self._prepared.add(h)
-            self._ahead.append(self._compiler.submit(self._prepare_quietly, nxt))
+            self._ahead[h] = self._compiler.submit(self._prepare_quietly, self.program.with_schedule(schedule))
+        self._ahead = {h: f for h, f in self._ahead.items() if not f.done()}
 
     def _prepare_quietly(self, candidate: Any) -> None:
         try:

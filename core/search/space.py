@@ -75,6 +75,7 @@ class ScheduleSpace:
         self.limits = limits
         self.actions: list[Action] = [Action(k.name, v) for k in self.knobs for v in k.values]
         self._legal: dict[tuple, str | None] = {}
+        self._masks: dict[tuple, tuple[bool, ...]] = {}
 
     @classmethod
     def from_program(cls, program: Any, task: Any = None, constraints: list[Constraint] | None = None,
@@ -122,13 +123,11 @@ class ScheduleSpace:
 
     def mask(self, schedule: Mapping[str, int]) -> list[bool]:
         """True = allowed. An action is masked when it changes nothing or leads to an illegal schedule."""
-        out = []
-        for action in self.actions:
-            if schedule.get(action.knob) == action.value:
-                out.append(False)
-            else:
-                out.append(self.legal({**schedule, action.knob: action.value}))
-        return out
+        key = self.key(schedule)
+        if key not in self._masks:     # the search asks again for every schedule near the ones it knows
+            self._masks[key] = tuple(schedule.get(a.knob) != a.value and self.legal({**schedule, a.knob: a.value})
+                                     for a in self.actions)
+        return list(self._masks[key])
 
     def enumerate(self, cap: int = 10_000) -> Iterator[Schedule]:
         """Legal schedules in knob order, at most `cap` of them."""
