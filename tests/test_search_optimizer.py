@@ -357,43 +357,6 @@ def test_moves_of_several_edits_reach_only_new_schedules(task, record, tmp_path)
     project.close()
 
 
-class StartPolicy(MovePolicy):
-    """Takes "evaluate now" when it is offered before any edit (only for the unmeasured start) if
-    `evaluate_start`, otherwise moves of two edits; notes the mask at the start of each move."""
-
-    def __init__(self, evaluate_start):
-        super().__init__()
-        self.evaluate_start = evaluate_start
-        self.edits = 0
-        self.move_masks: list[list[bool]] = []
-
-    def propose(self, state, mask, rng):
-        if self.edits == 0:
-            self.move_masks.append(list(mask))
-        edits = [i for i, ok in enumerate(mask[:-1]) if ok]
-        if (self.edits == 0 and mask[-1] and self.evaluate_start) or not edits:
-            self.edits = 0
-            return len(mask) - 1
-        self.edits = (self.edits + 1) % self.max_edits
-        return self.rng.choice(edits)
-
-
-@pytest.mark.parametrize("evaluate_start", [True, False])
-def test_a_policy_of_moves_decides_whether_the_start_is_measured(task, record, tmp_path, evaluate_start):
-    opt, project, _, events = make(task, record, tmp_path, budget=Budget(evaluations=8))
-    policy = opt.policy = StartPolicy(evaluate_start)
-    opt.run()
-    first = next(e for e in events if isinstance(e, CandidateProposed))
-    assert policy.move_masks[0][-1]                     # the start was never measured: offered
-    assert (first.schedule == opt.space.default()) == evaluate_start
-    assert (first.action == "start") == evaluate_start and first.parent_id is None
-    if evaluate_start:                                  # measured: never offered again before an edit
-        assert not any(m[-1] for m in policy.move_masks[1:])
-    measured = [e for e in events if isinstance(e, CandidateEvaluated) and e.status == "measured"]
-    assert measured and measured[0].reward != 0.0       # shaped against eager even with no time before
-    project.close()
-
-
 def test_a_one_edit_policy_sees_no_evaluate_action(task, record, tmp_path):
     opt, project, _, _ = make(task, record, tmp_path, budget=Budget(evaluations=6))
     masks = []

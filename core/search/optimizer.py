@@ -357,7 +357,7 @@ class Optimizer:
         while True:
             full = len(edits) + 1 >= self.policy.max_edits
             mask = self._proposable(pending, frozenset(self.space.actions[i].knob for i in edits), full)
-            mask.append(self._is_new(pending))      # with no edits yet: only a start never measured
+            mask.append(bool(edits) and self._is_new(pending))
             if not any(mask):
                 return None       # only before the first edit: every edit of a move keeps something new in reach
             action = choose(state, mask)
@@ -399,10 +399,8 @@ class Optimizer:
     def _episode(self, start: _Start, started: float) -> str:
         """One episode of edits; returns a budget reason, "forked", "idle" (nothing new) or "done"."""
         schedule, parent_id, branch_id = dict(start.schedule), start.candidate_id, start.branch_id
-        if parent_id is None and self.policy.max_edits <= 1:
-            # The start schedule is measured first (once), so the first edit has a time to beat. A
-            # policy that composes moves decides itself: "evaluate now" with no edit measures the
-            # start, and a first move of edits skips it (docs/search.md, "Moves").
+        if parent_id is None:
+            # The start schedule is measured first (once), so the first edit has a time to beat.
             self._gate()
             reason = self._budget_reason(started)
             if reason:
@@ -418,7 +416,7 @@ class Optimizer:
                                               self.evaluations))
                 self._note_best(rec)
             parent_id = rec.id
-        parent = self.project.candidate(parent_id) if parent_id is not None else None
+        parent = self.project.candidate(parent_id)
         prev_ms = parent.median_ms if parent is not None and parent.status == "measured" else None
         tracker = RewardTracker(self.reward_config)
         tracker.start_from(prev_ms, self._eager_ms, self._compile_ms)
@@ -437,7 +435,7 @@ class Optimizer:
                 break
             next_schedule, edits, state, action = move
             candidate = self.program.with_schedule(next_schedule)
-            label = " + ".join(self.space.actions[i].label() for i in edits) or "start"
+            label = " + ".join(self.space.actions[i].label() for i in edits)
             ahead = None
             if step + 1 < self.episode_length:      # the next episode's start depends on this verdict
                 guess = ("measured", last[1], prev_ms)

@@ -38,12 +38,8 @@ class RewardTracker:
         if status != "measured" or median_ms is None or median_ms <= 0:
             return c.failure.get(status, c.failure_default)
         r = 0.0
-        # Shaped against the time before the edit; a candidate with none before it (the start, or a
-        # first move that skipped measuring the start) against eager PyTorch, so what a first move
-        # lands on counts, and an episode's shaping sums to log(reference / last time).
-        reference = prev_ms if prev_ms is not None and prev_ms > 0 else eager_ms or compile_ms
-        if reference:
-            r += max(-c.shaping_clip, min(c.shaping_clip, math.log(reference / median_ms)))
+        if prev_ms is not None and prev_ms > 0:
+            r += max(-c.shaping_clip, min(c.shaping_clip, math.log(prev_ms / median_ms)))
         if not self.beat_eager and eager_ms and median_ms * (1 + c.milestone_margin) <= eager_ms:
             self.beat_eager = True
             r += c.beat_eager_bonus
