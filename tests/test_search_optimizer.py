@@ -270,7 +270,7 @@ def test_compile_ahead_predicts_random_search_exactly(task, record, tmp_path, ah
     """Random search's choice ignores times, so the predictions (moves drawn in a row with a copy of
     the loop's rng) are the very candidates the loop evaluates next, as long as those before them
     are correct and in the same episode."""
-    opt, project, _, events = make(task, record, tmp_path, "random", budget=Budget(evaluations=40))
+    opt, project, _, events = make(task, record, tmp_path, "random", budget=Budget(evaluations=40), episode_length=3)
     opt.pool = PreparingPool(opt.pool.pool, 0.0)      # the record holds 20 schedules: the run ends "exhausted"
     opt.compile_ahead = ahead
     predicted: list[list[tuple]] = []                 # per evaluation, in order: what was compiled ahead
@@ -294,6 +294,12 @@ def test_compile_ahead_predicts_random_search_exactly(task, record, tmp_path, ah
                 break                               # a failure or a new episode: the loop went elsewhere
             assert guess == tuple(sorted(chain[-1].schedule.items())), f"evaluation {j}, guess {k}"
             checked += 1
+    # an episode's last edit predicts the next episode's first move (from the best so far, or from itself)
+    restarts = [j for j, e in enumerate(proposed[:-1]) if e.step == opt.episode_length - 1
+                and status[e.candidate_id] == "measured" and proposed[j + 1].step == 0]
+    assert restarts
+    for j in restarts:
+        assert tuple(sorted(proposed[j + 1].schedule.items())) in predicted[j], f"restart after evaluation {j}"
     assert checked >= len(proposed) // 2
     project.close()
 

@@ -129,7 +129,7 @@ class Judge:
 
     def judge(self, msg: P.Judge) -> P.Verdict:
         from .channel import read_output
-        from .compare import compare
+        from .compare import compare, fast_match
         from .protocol import TensorFile
 
         torch = self.torch
@@ -184,6 +184,8 @@ class Judge:
                                              f"({sets[i].label}, {sets[k].label}) while the reference changes")
         for s, outs in zip(sets, received):
             for j, out in enumerate(outs):
+                if fast_match(out, refs[s.label][j], atol, rtol):
+                    continue            # one fused pass says compare() would pass it
                 reason = compare(out, refs[s.label][j], atol, rtol)
                 if reason:
                     label = s.label if s.scale is None else f"{s.label} (inputs scaled by {s.scale:g})"

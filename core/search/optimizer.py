@@ -373,19 +373,19 @@ class Optimizer:
                                                evaluated=False))
             state = next_state
 
-    def _predict(self, schedule: dict[str, int], step: int, last: tuple[str | None, dict | None, float | None]
-                 ) -> list[dict[str, int]]:
-        """The next `compile_ahead` schedules the policy will most likely evaluate, if the candidate
-        being measured (`schedule`) and each one predicted after it are correct and as fast as `last`
-        says: moves drawn in a row with a copy of the loop's rng, counting the predicted ones as known.
-        For a policy whose choice does not depend on times these are the very draws the loop will
-        make, up to the end of the episode."""
+    def _predict(self, schedule: dict[str, int], step: int, last: tuple[str | None, dict | None, float | None],
+                 measuring: dict[str, int] | None = None, limit: int | None = None) -> list[dict[str, int]]:
+        """The next `limit` (default compile_ahead) schedules the policy will most likely evaluate from
+        `schedule`, if the candidate being measured (`measuring`, default `schedule`) and each one
+        predicted after it are correct and as fast as `last` says: moves drawn in a row with a copy of
+        the loop's rng, counting the predicted ones as known. For a policy whose choice does not
+        depend on times these are the very draws the loop will make, up to the end of the episode."""
         rng = random.Random()
         rng.setstate(self.rng.getstate())
         out: list[dict[str, int]] = []
-        self._assumed_known = {self._hash(schedule)}
+        self._assumed_known = {self._hash(schedule), self._hash(measuring or schedule)}
         try:
-            while len(out) < self.compile_ahead and step < self.episode_length:
+            while len(out) < (limit or self.compile_ahead) and step < self.episode_length:
                 move = self._move(schedule, self._state(schedule, step, *last), last, step, preview=rng)
                 if move is None:
                     break
@@ -394,6 +394,18 @@ class Optimizer:
                 self._assumed_known.add(self._hash(schedule))
         finally:
             self._assumed_known = set()
+        return out
+
+    def _predict_restart(self, branch_id: int, measuring: dict[str, int]) -> list[dict[str, int]]:
+        """At an episode's last edit: the next episode's first move, from where that episode will most
+        likely start (the branch's best measured candidate with a new neighbour, as _loop picks it),
+        and from the candidate being measured, should it become the best."""
+        best = self._next_start(branch_id)
+        out: list[dict[str, int]] = []
+        for start in ([best.schedule] if best else []) + [measuring]:
+            for schedule in self._predict(start, 0, ("measured", None, None), measuring, limit=1):
+                if schedule not in out:
+                    out.append(schedule)
         return out
 
     def _episode(self, start: _Start, started: float) -> str:
@@ -436,10 +448,11 @@ class Optimizer:
             next_schedule, edits, state, action = move
             candidate = self.program.with_schedule(next_schedule)
             label = " + ".join(self.space.actions[i].label() for i in edits)
-            ahead = None
-            if step + 1 < self.episode_length:      # the next episode's start depends on this verdict
+            if step + 1 < self.episode_length:
                 guess = ("measured", last[1], prev_ms)
                 ahead = lambda: self._predict(next_schedule, step + 1, guess)  # noqa: E731
+            else:
+                ahead = lambda: self._predict_restart(branch_id, next_schedule)  # noqa: E731
             result, rec, counted = self._evaluate(candidate, branch_id, parent_id, label, step, ahead)
             new += counted
             median = rec.median_ms if rec.status == "measured" else None

@@ -1,0 +1,69 @@
+"""The judge's one-pass check (compare.fast_match) against compare() itself, on the GPU: it may only
+say "matches" where compare() passes the output, for every output dtype and every kind of mismatch."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from core.evaluation.compare import compare, fast_match
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+TOL = {torch.float16: (1e-2, 1e-2), torch.bfloat16: (2e-2, 2e-2), torch.float32: (1e-4, 1e-4),
+       torch.float64: (1e-6, 1e-6)}
+
+
+def _case(name: str, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator(device="cuda").manual_seed(1)
+    ref = torch.randn(1 << 20, dtype=torch.float64, device="cuda", generator=g)
+    out = ref.to(dtype)
+    atol, _ = TOL[dtype]
+    if name == "one element off":
+        out[12345] += 50 * atol + 1.0
+    elif name == "nan in output":
+        out[7] = float("nan")
+    elif name == "nan missing":
+        ref[9] = float("nan")
+    elif name == "nan in both":
+        ref[9] = float("nan")
+        out[9] = float("nan")
+    elif name == "inf disagrees":
+        out[3] = float("inf")
+    elif name == "bias spread thin":
+        out = (ref + 0.9 * atol + 0.9 * TOL[dtype][1] * ref.abs()).to(dtype)
+    elif name == "beyond the dtype's range":
+        if dtype == torch.float64:
+            pytest.skip("no narrower dtype")
+        ref[5] = 1e39 if dtype != torch.float16 else 1e6
+        out[5] = float("inf")
+    elif name == "zero reference":
+        ref.zero_()
+        out = ref.to(dtype)
+    return out, ref
+
+
+CASES = ["match", "one element off", "nan in output", "nan missing", "nan in both", "inf disagrees",
+         "bias spread thin", "beyond the dtype's range", "zero reference"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", CASES)
+def test_fast_match_passes_only_what_compare_passes(dtype, name):
+    out, ref = _case(name, dtype)
+    atol, rtol = TOL[dtype]
+    fast, slow = fast_match(out, ref, atol, rtol), compare(out, ref, atol, rtol)
+    assert fast in (True, None)
+    if fast:
+        assert slow is None, f"fast_match passed what compare() rejects: {slow}"
+    if name in ("match", "nan in both", "beyond the dtype's range", "zero reference"):
+        assert slow is None and fast is True          # the fast pass does decide the common case
+    if name in ("one element off", "nan in output", "nan missing", "inf disagrees"):
+        assert slow is not None and fast is None
+
+
+def test_fast_match_declines_what_it_does_not_cover():
+    ref = torch.randn(64, 64, dtype=torch.float64, device="cuda")
+    assert fast_match(ref.t().float(), ref.t(), 1e-4, 1e-4) is None             # not contiguous
+    assert fast_match(ref.argmax(1), ref.argmax(1).double(), 0, 0) is None      # integer output
+    assert fast_match(ref.float().cpu(), ref.cpu(), 1e-4, 1e-4) is None         # not on the GPU
