@@ -17,7 +17,7 @@ TOL = {torch.float16: (1e-2, 1e-2), torch.bfloat16: (2e-2, 2e-2), torch.float32:
 def _case(name: str, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator(device="cuda").manual_seed(1)
     ref = torch.randn(1 << 20, dtype=torch.float64, device="cuda", generator=g)
-    out = ref.to(dtype)
+    out = ref.to(dtype).clone()       # a copy even for float64, where .to() returns ref itself
     atol, _ = TOL[dtype]
     if name == "one element off":
         out[12345] += 50 * atol + 1.0
@@ -39,7 +39,7 @@ def _case(name: str, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         out[5] = float("inf")
     elif name == "zero reference":
         ref.zero_()
-        out = ref.to(dtype)
+        out = ref.to(dtype).clone()
     return out, ref
 
 
