@@ -344,7 +344,7 @@ class Optimizer:
         with no reward and no evaluation spent (Transition.evaluated False). With a `preview` rng the
         move is only predicted: policy.preview draws from that rng and nothing is observed."""
         def choose(state: SearchState, mask: list[bool]) -> int:
-            return self.policy.preview(state, mask, preview) if preview else self._propose(state, mask)
+            return self.policy.preview(state, mask, preview) if preview is not None else self._propose(state, mask)
 
         if self.policy.max_edits <= 1:
             mask = self._proposable(schedule)
@@ -368,7 +368,7 @@ class Optimizer:
             if full:
                 return pending, edits, state, action
             next_state = self._state(pending, step, *last, edits=len(edits))
-            if not preview:
+            if preview is None:
                 self.policy.observe(Transition(state, action, 0.0, next_state, False, {"move": len(edits)},
                                                evaluated=False))
             state = next_state

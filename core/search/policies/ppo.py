@@ -94,7 +94,8 @@ class PPOPolicy(Policy):
         self.config = config or PPOConfig()
         self.max_edits = self.config.max_edits
         # The networks are tiny: more threads only contend with the compile workers and evaluator
-        # processes beside the loop (3.6x slower per step with two threads on a busy 2-core machine).
+        # processes beside the loop (on the H200's 16-core host, 72 ms of loop time per step with
+        # torch's default threads, 8 ms with one; docs/performance.md). This is process-wide.
         torch.set_num_threads(1)
         self.state_size, self.action_size = state_size, action_size
         torch.manual_seed(seed)
