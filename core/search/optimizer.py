@@ -336,7 +336,8 @@ class Optimizer:
         return action
 
     def _move(self, schedule: dict[str, int], state: SearchState, last: tuple[str | None, dict | None, float | None],
-              step: int, preview: random.Random | None = None) -> tuple[dict[str, int], list[int], SearchState, int] | None:
+              step: int, preview: random.Random | None = None
+              ) -> tuple[dict[str, int], list[int], SearchState, int] | None:
         """The policy's next move from `schedule`: (the schedule to evaluate, its edits, the state and
         action of its last choice, which the caller rewards once the move is measured), or None when
         no new schedule is in reach. With max_edits > 1 the policy composes edits of different knobs
