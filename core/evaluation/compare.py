@@ -182,7 +182,7 @@ extern "C" __global__ void match_stats(const out_t* __restrict__ o, const double
         inf_bad += (isinf(ov) || isinf(rv)) && (ov != rv);
         bool finite = isfinite(rv);
         double d = finite ? fabs(ov - rv) : 0.0;
-        outside += d > atol + rtol * fabs(rv);
+        outside += d > __dadd_rn(__dmul_rn(rtol, fabs(rv)), atol);   // rounded as torch does: no FMA
         ref_sq += finite ? rv * rv : 0.0;
         err_sq += d * d;
     }
