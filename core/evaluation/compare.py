@@ -173,8 +173,8 @@ extern "C" __global__ void match_stats(const out_t* __restrict__ o, const double
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         double ov = TO_DOUBLE(o[i]);
         double rv = r[i];
-        // A reference beyond the output dtype's range: compare() counts it as the inf it rounds to,
-        // through the same conversions as torch's. Left to compare(): counted as a flag here.
+        // A reference beyond the output dtype's range: compare() counts it as the inf that torch's
+        // conversion rounds it to. Left to compare(): a flag here.
         beyond += isfinite(rv) && fabs(rv) > OUT_MAX;
         bool on = isnan(ov), rn = isnan(rv);
         nan_bad += on && !rn;
