@@ -231,6 +231,7 @@ def fast_match(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -
             or not out.is_contiguous() or not ref.is_contiguous() or out.numel() == 0):
         return None
     try:
+        import cupy
         import numpy
 
         kernel = _fast_kernel(out.dtype)
@@ -241,8 +242,6 @@ def fast_match(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -
         blocks = max(1, min((n + 255) // 256, sms * 8))
         with torch.cuda.device(out.device):
             stream = torch.cuda.current_stream(out.device).cuda_stream
-            import cupy
-
             with cupy.cuda.ExternalStream(stream):
                 kernel((blocks,), (256,), (numpy.uint64(out.data_ptr()), numpy.uint64(ref.data_ptr()),
                                            numpy.int64(n), numpy.float64(atol), numpy.float64(rtol),
