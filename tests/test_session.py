@@ -52,7 +52,8 @@ def test_a_missing_program_file_is_named(tmp_path):
 
 
 @pytest.mark.parametrize("change,message", [({"policy": "greedy"}, "unknown policy 'greedy'"),
-                                            ({"budget": 0}, "at least 1 evaluation")])
+                                            ({"budget": 0}, "at least 1 evaluation"),
+                                            ({"compile_ahead": -1}, "compile-ahead must be 0 \\(off\\) or more")])
 def test_bad_settings_are_refused_before_anything_opens(tmp_path, change, message):
     config = RunConfig(task=TASK_PATH, project=tmp_path / "p.cuagent", **change)
     with pytest.raises(RunSetupError, match=message):

@@ -441,7 +441,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = RunConfig(task=args.task, project=args.project, program=args.program, policy=args.policy,
                        budget=args.budget, seconds=args.seconds, episode=args.episode, seed=args.seed,
                        replay=list(args.replay), skip_unrecorded=args.skip_unrecorded, device=args.device,
-                       weights=args.weights, compile_ahead=max(0, args.compile_ahead))
+                       weights=args.weights, compile_ahead=args.compile_ahead)
     status = console.status("starting the evaluator and measuring baselines...")
 
     def starting(text: str) -> None:

@@ -90,6 +90,8 @@ def open_run(config: RunConfig, observers: list[Callable[[Any], None]] | None = 
         raise RunSetupError(f"unknown policy '{config.policy}': choose one of {', '.join(POLICIES)}")
     if config.budget < 1:
         raise RunSetupError(f"the budget must be at least 1 evaluation, not {config.budget}")
+    if config.compile_ahead < 0:
+        raise RunSetupError(f"compile-ahead must be 0 (off) or more candidates, not {config.compile_ahead}")
     try:
         task = load_task(config.task)
     except TaskError as exc:
