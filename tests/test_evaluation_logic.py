@@ -198,3 +198,15 @@ def test_ceilings_and_baselines_cache_round_trip(tmp_cache):
     b = Baselines(eager=Timing.from_samples([1.0, 2.0, 3.0]), task_hash="abc", gpu="H200")
     assert Baselines.from_json(b.to_json()) == b
     assert baselines_path("abc", "k1") != baselines_path("abd", "k1") != baselines_path("abc", "k2")
+
+
+@pytest.mark.parametrize("cpus, ahead, workers", [
+    (2, 2, 2), (4, 4, 2),            # small machines keep two compile processes
+    (16, 0, 2), (16, 2, 3), (16, 4, 5), (16, 6, 6), (16, 12, 6),   # one per prediction + the loop's own, capped
+    (32, 4, 5), (32, 20, 14),
+])
+def test_compile_workers_follow_compile_ahead(monkeypatch, cpus, ahead, workers):
+    from core.evaluation import evaluator
+
+    monkeypatch.setattr(evaluator.os, "cpu_count", lambda: cpus)
+    assert evaluator.default_compile_workers(ahead) == workers

@@ -61,12 +61,22 @@ def baselines_path(task_hash: str, key: str) -> Path:
     return cache_root() / "baselines" / f"{key}-{task_hash[:20]}.json"
 
 
+def default_compile_workers(compile_ahead: int = 2) -> int:
+    """NVRTC processes for a loop that compiles `compile_ahead` predicted candidates while the GPU
+    measures: one each, plus one for the loop's own compile, leaving most cores to the evaluator
+    and the loop (a quarter of them at least, and never fewer than two)."""
+    cpus = os.cpu_count() or 2
+    return max(2, min(compile_ahead + 1, max(cpus // 4, cpus // 2 - 2)))
+
+
 class Evaluator:
     """Evaluates candidates for one task on one or more local GPUs (thread-safe)."""
 
     def __init__(self, task: Any, devices: int | Sequence[int] | None = 0, *,
-                 settings: SupervisorSettings | None = None, compile_pool: Any = None, use_cache: bool = True):
+                 settings: SupervisorSettings | None = None, compile_pool: Any = None, use_cache: bool = True,
+                 compile_workers: int | None = None):
         self.task = task
+        self.compile_workers = compile_workers
         self.devices = [devices] if isinstance(devices, int) else (None if devices is None else list(devices))
         self.settings = settings or SupervisorSettings()
         self.use_cache = use_cache
@@ -124,8 +134,7 @@ class Evaluator:
             if self._pool is None:
                 from core.toolchain import CompilePool
 
-                # Room for the loop's own compile next to compile-ahead's predictions (2 by default).
-                self._pool = CompilePool(workers=max(2, min(4, (os.cpu_count() or 2) // 4)))
+                self._pool = CompilePool(workers=self.compile_workers or default_compile_workers())
             return self._pool
 
     # ---- baselines and ceilings ----------------------------------------------------------------

@@ -178,6 +178,7 @@ def _pool(config: RunConfig, task: Any, project: Any, starting: Callable[[str], 
         names = ", ".join(str(p) for p in config.replay)
         return pool, [f"replaying {len(pool)} recorded verdicts from {names} (no GPU used)"]
     from core.evaluation import Evaluator
+    from core.evaluation.evaluator import default_compile_workers
     from core.evaluation.gpuinfo import gpu_key
     from core.evaluation.probe import probe_gpus
 
@@ -187,7 +188,7 @@ def _pool(config: RunConfig, task: Any, project: Any, starting: Callable[[str], 
                             "(--replay FILE, or Replay in the app's run settings).", EXIT_UNAVAILABLE)
     if starting:
         starting("starting the evaluator and measuring baselines...")
-    ev = Evaluator(task, config.device)
+    ev = Evaluator(task, config.device, compile_workers=default_compile_workers(config.compile_ahead))
     try:
         ev.start()
         project.set_hardware(ev.gpu)
