@@ -61,7 +61,7 @@ def baselines_path(task_hash: str, key: str) -> Path:
     return cache_root() / "baselines" / f"{key}-{task_hash[:20]}.json"
 
 
-def default_compile_workers(compile_ahead: int = 2) -> int:
+def default_compile_workers(compile_ahead: int = 6) -> int:
     """NVRTC processes for a loop that compiles `compile_ahead` predicted candidates while the GPU
     measures: one each, plus one for the loop's own compile, leaving most cores to the evaluator
     and the loop (a quarter of them at least, and never fewer than two)."""

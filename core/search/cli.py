@@ -20,6 +20,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from .session import RunConfig
 
 console = Console(highlight=False)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -47,8 +48,9 @@ def add_run_parser(sub: Any) -> None:
     p.add_argument("--skip-unrecorded", action="store_true",
                    help="with --replay: do not count or penalise candidates missing from the record")
     p.add_argument("--device", type=int, default=0, help="GPU index when not replaying")
-    p.add_argument("--compile-ahead", type=int, default=2, metavar="N",
-                   help="candidates predicted and compiled while the GPU measures (default 2; 0: off)")
+    p.add_argument("--compile-ahead", type=int, default=RunConfig.compile_ahead, metavar="N",
+                   help=f"candidates predicted and compiled while the GPU measures (default {RunConfig.compile_ahead}; "
+                        "0: off)")
     p.set_defaults(func=cmd_run)
 
 

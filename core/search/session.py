@@ -37,7 +37,7 @@ class RunConfig:
     skip_unrecorded: bool = False
     device: int = 0
     weights: str | Path | None = None       # PPO weights to start from (default: the shipped pretrained ones)
-    compile_ahead: int = 2                  # predicted next candidates compiled while the GPU measures (0: off)
+    compile_ahead: int = 6                  # predicted next candidates compiled while the GPU measures (0: off)
 
 
 @dataclass
