@@ -63,8 +63,8 @@ def baselines_path(task_hash: str, key: str) -> Path:
 
 def default_compile_workers(compile_ahead: int = 6) -> int:
     """NVRTC processes for a loop that compiles `compile_ahead` predicted candidates while the GPU
-    measures: one each, plus one for the loop's own compile, leaving most cores to the evaluator
-    and the loop (a quarter of them at least, and never fewer than two)."""
+    measures: one each, plus one for the loop's own compile. At most half the cores less two (a
+    quarter on small machines), so the evaluator and the loop keep theirs; never fewer than two."""
     cpus = os.cpu_count() or 2
     return max(2, min(compile_ahead + 1, max(cpus // 4, cpus // 2 - 2)))
 

@@ -20,6 +20,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
 from .session import RunConfig
 
 console = Console(highlight=False)
