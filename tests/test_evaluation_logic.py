@@ -210,3 +210,14 @@ def test_compile_workers_follow_compile_ahead(monkeypatch, cpus, ahead, workers)
 
     monkeypatch.setattr(evaluator.os, "cpu_count", lambda: cpus)
     assert evaluator.default_compile_workers(ahead) == workers
+
+
+def test_replay_reason_names_a_time_that_needs_inputs_seen_before():
+    from core.evaluation.evaluator import replay_reason
+
+    assert replay_reason(0.010, [], 1.5) == ""                             # nothing unseen was timed
+    assert replay_reason(0.010, [0.011, 0.010, 0.012, 0.030], 1.5) == ""   # honest, one slow call
+    assert replay_reason(0.010, [0.015] * 5, 1.5) == ""                    # at the limit: not beyond it
+    reason = replay_reason(0.004, [0.060, 0.058, 0.061], 1.5)
+    assert "4.0 us on the timing inputs" in reason and "60.0 us on 3 inputs it had never seen" in reason
+    assert "15.0x" in reason

@@ -141,3 +141,19 @@ def test_ctrl_c_in_the_terminal_does_not_reach_the_workers(supervisor):
     time.sleep(0.5)
     assert all(w.alive() for w in workers)
     assert supervisor.evaluate(program("ok")).status is Status.MEASURED
+
+
+def test_unseen_input_times_come_back_from_a_bundle_that_asks_for_them(supervisor):
+    plain = supervisor.evaluate(program("ok", "plain"))
+    assert plain.status is Status.MEASURED and plain.unseen_samples_ms == []     # the normal bundle has none
+    out = supervisor.evaluate(program("replay"), interleave_rounds=3, prepare=P.Prepare(unseen_sets=4))
+    assert out.status is Status.MEASURED
+    assert out.unseen_samples_ms == [10.0] * 4
+    assert len(out.baseline_samples_ms) == 6
+
+
+def test_after_a_second_timing_the_unseen_times_are_the_first_timings(supervisor):
+    # A retimed candidate has met the unseen sets in its first timing: only those times are unseen.
+    out = supervisor.evaluate(program("replay_stray_once"), prepare=P.Prepare(unseen_sets=2))
+    assert out.status is Status.MEASURED and out.stray_ms == 0.0
+    assert out.unseen_samples_ms == [10.0, 10.0]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -59,6 +60,20 @@ class Baselines:
 
 def baselines_path(task_hash: str, key: str) -> Path:
     return cache_root() / "baselines" / f"{key}-{task_hash[:20]}.json"
+
+
+def replay_reason(seen_ms: float, unseen_samples_ms: list[float], ratio: float) -> str:
+    """Why a candidate's time looks remembered, or "": its median over single calls on inputs it
+    had never met is more than `ratio` x its time on inputs it had met (the timing sets). An honest
+    kernel takes as long on new inputs of the same distribution; one that recognises inputs it has
+    seen and replays stored answers does not."""
+    if not unseen_samples_ms or seen_ms <= 0:
+        return ""
+    unseen_ms = statistics.median(unseen_samples_ms)
+    if unseen_ms <= ratio * seen_ms:
+        return ""
+    return (f"{seen_ms * 1e3:.1f} us on the timing inputs, {unseen_ms * 1e3:.1f} us on {len(unseen_samples_ms)} "
+            f"inputs it had never seen ({unseen_ms / seen_ms:.1f}x): answers remembered and replayed?")
 
 
 def default_compile_workers(compile_ahead: int = 6) -> int:
@@ -242,17 +257,24 @@ class Evaluator:
         s = self.settings
         outcome = sup.evaluate(
             artifact, interleave_rounds=20,
-            prepare=P.Prepare(2 * s.check_sets, 2 * s.scaled_variants + 1, s.timing_sets))
+            prepare=P.Prepare(2 * s.check_sets, 2 * s.scaled_variants + 1, s.timing_sets, s.unseen_sets))
         if outcome.status is not Status.MEASURED:
             outcome.reason = "faster than the roofline floor, and failed re-verification: " + outcome.reason
             return self._result(sup, artifact, outcome, info, baselines)
         m = result.measurement
         cand = Timing.from_samples(outcome.samples_ms)
         eager = Timing.from_samples(outcome.baseline_samples_ms)
+        replay = replay_reason(max(m.median_ms, cand.median_ms), outcome.unseen_samples_ms, s.replay_ratio)
+        if replay:
+            failed = Outcome(Status.REJECTED, f"faster than the roofline floor only on inputs it had seen: {replay}",
+                             kernels=outcome.kernels, seconds=outcome.seconds)
+            return self._result(sup, artifact, failed, info, baselines)
+        unseen = (f"; {len(outcome.unseen_samples_ms)} inputs it had never seen took "
+                  f"{statistics.median(outcome.unseen_samples_ms):.4g} ms" if outcome.unseen_samples_ms else "")
         m.notes.append(
             f"faster than the roofline floor ({m.median_ms:.4g} ms < {m.floor_ms:.4g} ms): re-verified on "
             f"{2 * s.check_sets + 2 * s.scaled_variants + 1} more input sets; interleaved re-measure gave "
-            f"{cand.median_ms:.4g} ms against eager {eager.median_ms:.4g} ms")
+            f"{cand.median_ms:.4g} ms against eager {eager.median_ms:.4g} ms{unseen}")
         return result
 
     def _result(self, sup: GpuSupervisor, artifact, outcome: Outcome, info: dict[str, Any],

@@ -118,11 +118,12 @@ class Judge:
             scaled.append(P.InputSet(f"{base.label}x{scale:g}", base.model_seed, base.input_seed, scale))
         model_seed = secrets.randbits(62)
         timing = [P.InputSet(f"time{i}", model_seed, secrets.randbits(62)) for i in range(msg.timing_sets)]
+        unseen = [P.InputSet(f"unseen{i}", model_seed, secrets.randbits(62)) for i in range(msg.unseen_sets)]
         refs: dict[str, list] = {}
         prints: dict[str, tuple[float, ...]] = {}
-        for s in fresh + scaled + timing:
+        for s in fresh + scaled + timing + unseen:
             refs[s.label], prints[s.label] = self.reference_for(s)
-        bundle = P.Bundle(self.next_id, tuple(fresh + scaled), tuple(timing), prints)
+        bundle = P.Bundle(self.next_id, tuple(fresh + scaled), tuple(timing), prints, tuple(unseen))
         self.bundles[bundle.id] = {"bundle": bundle, "refs": refs}
         self.next_id += 1
         return bundle
@@ -138,7 +139,7 @@ class Judge:
             return P.Verdict(False, Status.CRASHED.value, f"internal: unknown bundle {msg.bundle_id}")
         bundle: P.Bundle = entry["bundle"]
         refs = entry["refs"]
-        sets = bundle.check_sets if msg.phase == "check" else bundle.timing_sets
+        sets = bundle.check_sets if msg.phase == "check" else bundle.timing_sets + bundle.unseen_sets
         if len(msg.outputs) != len(sets):
             return P.Verdict(False, Status.CRASHED.value, f"internal: {len(msg.outputs)} output sets for {len(sets)} input sets")
         atol, rtol = self.tolerance

@@ -86,6 +86,10 @@ class Bundle:
     check_sets: tuple[InputSet, ...]
     timing_sets: tuple[InputSet, ...]
     fingerprints: dict[str, tuple[float, ...]]
+    # Timed once each, after everything else, so the candidate has never seen them: a time that
+    # needs inputs seen before (answers remembered and replayed) shows here. Judged with the
+    # timing sets. Drawn only to re-verify a time under the roofline floor.
+    unseen_sets: tuple[InputSet, ...] = ()
 
 
 # ---- requests ----------------------------------------------------------------------------------
@@ -114,6 +118,7 @@ class Prepare:
     check_sets: int = 3
     scaled_variants: int = 2
     timing_sets: int = 2
+    unseen_sets: int = 0
 
 
 @dataclass(frozen=True)
@@ -220,3 +225,4 @@ class TimeDone:
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     baseline_samples_ms: list[float] = field(default_factory=list)   # Interleave only
+    unseen_samples_ms: list[float] = field(default_factory=list)     # one per bundle.unseen_sets

@@ -284,10 +284,29 @@ class Runner:
                 baseline += e.samples_ms
                 mismatched += c.mismatched_reps
             bound.raise_violations()
+        unseen_samples, unseen_outputs = self._time_unseen(msg.bundle, bound, live_tensors, run.gate_us,
+                                                           msg.tolerance)
         outputs = tuple(tuple(write_output(self.scratch, self.exporter, o, f"t{k}o{j}") for j, o in enumerate(outs))
-                        for k, outs in enumerate(run.first_outputs))
+                        for k, outs in enumerate([*run.first_outputs, *unseen_outputs]))
         return P.TimeDone(samples, run.stray_ms, outputs, mismatched, time.perf_counter() - t0,
-                          baseline_samples_ms=baseline, notes=_gate_notes(run))
+                          baseline_samples_ms=baseline, notes=_gate_notes(run), unseen_samples_ms=unseen_samples)
+
+    def _time_unseen(self, bundle: P.Bundle, bound, live_tensors, gate_us: float, tolerance):
+        """One timed call on each of the bundle's unseen input sets, drawn only now, one at a time:
+        (times, outputs). The candidate has met none of them before, so it cannot answer from memory."""
+        torch = self.torch
+        samples, outputs = [], []
+        for s in bundle.unseen_sets:
+            inputs = self.task.make_inputs(s.input_seed, self.device)    # weights: the timing sets' model seed
+            source = [x for x in inputs if isinstance(x, torch.Tensor)]
+            u = self.timer.run(bound.call, live_tensors, [source], poison_outputs=bound.poison if bound.fixed_outputs
+                               else None, release_outputs=not bound.fixed_outputs, tolerance=tolerance, reps=1,
+                               warmup=False, gate_us=gate_us)
+            samples += u.samples_ms
+            outputs.append(u.first_outputs[0])
+            del inputs, source
+        bound.raise_violations()
+        return samples, outputs
 
     def time_baseline(self, msg: P.TimeBaseline) -> P.TimeDone:
         t0 = time.perf_counter()

@@ -44,6 +44,11 @@ class SupervisorSettings:
     check_sets: int = 3
     scaled_variants: int = 2
     timing_sets: int = 2
+    # Re-verifying a time under the roofline floor also times one call on each of this many input
+    # sets the candidate never met; slower than `replay_ratio` x its time on the timing sets means
+    # the speed came from remembering inputs, and the candidate is rejected.
+    unseen_sets: int = 8
+    replay_ratio: float = 1.5
     # Wall time of the timed repetitions; at least 20 are always run (DESIGN 4: "at least 20
     # repetitions or 100 ms"). 25 ms holds the medians within 1 % of 100 ms's and cuts an evaluation
     # from 0.27 to 0.17 s (H200, bench/timing_stability.py; docs/performance.md); the hostile-kernel
@@ -172,6 +177,7 @@ class Outcome:
     seconds: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
+    unseen_samples_ms: list[float] = field(default_factory=list)    # one per bundle.unseen_sets
 
 
 class GpuSupervisor:
@@ -423,6 +429,8 @@ class GpuSupervisor:
             return Outcome(Status(reply.status), reply.reason, kernels=check.kernels, seconds=seconds,
                            details=reply.details)
         timed: P.TimeDone = reply
+        # Only the first timing meets the unseen sets unseen; a second one (below) has met them.
+        unseen_ms = list(timed.unseen_samples_ms)
         if _stray(timed):
             # Stray time is a difference of two medians of host-side gaps, and a loaded host can push
             # an honest kernel over the line once. Work really left on another stream shows up again
@@ -452,7 +460,7 @@ class GpuSupervisor:
             return Outcome(Status(verdict.status), "on the timing inputs: " + verdict.reason,
                            kernels=check.kernels, seconds=seconds)
         return Outcome(Status.MEASURED, "", timed.samples_ms, timed.baseline_samples_ms, timed.stray_ms,
-                       check.kernels, seconds, timed.notes)
+                       check.kernels, seconds, timed.notes, unseen_samples_ms=unseen_ms)
 
     def baseline(self, kind: str) -> Outcome:
         with self.lock:

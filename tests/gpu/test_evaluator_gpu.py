@@ -80,6 +80,9 @@ HOSTILE_CASES = [
     ("input_mutation.json", "act_gelu", Status.REJECTED, "mutates its input"),
     ("memoized_result.json", "act_gelu", Status.REJECTED, "disagree"),
     ("race_missing_syncthreads.json", "red_sum_dim1", Status.WRONG, ""),
+    # Recognises a repeated input set from three sampled values and replays stored sums: correct on
+    # every input, far under the floor, and caught by the unseen inputs of the re-verification.
+    ("sampled_cache_replay.json", "red_sum_dim1", Status.REJECTED, "never seen"),
 ]
 
 
@@ -98,20 +101,6 @@ def test_hostile_program_is_rejected_and_the_next_good_one_is_measured(evaluator
         assert words in result.reason, result.reason
     good = ev.evaluate(load_solution(PROGRAMS / f"{task}.json"), with_baselines=False)
     assert good.status is Status.MEASURED, good.reason
-
-
-@pytest.mark.xfail(reason="known gap (docs/evaluator.md, 'What is left'): a kernel that recognises a repeated input "
-                          "set from a few sampled values and replays stored answers is timed at its replay speed; "
-                          "below the floor it is re-verified and flagged, not rejected", strict=False)
-def test_replay_of_answers_recognised_by_sampling_is_not_accepted(evaluators):
-    ev = evaluators("red_sum_dim1")
-    result = ev.evaluate(load_solution(HOSTILE / "sampled_cache_replay.json"), with_baselines=False)
-    if result.status is Status.MEASURED:
-        # Record what it got away with, for the gap's write-up.
-        m = result.measurement
-        print(f"sampled_cache_replay measured {m.median_ms * 1e3:.1f} us, floor {m.floor_ms * 1e3:.1f} us, "
-              f"below floor {m.below_floor}; notes: {m.notes}")
-    assert result.status is not Status.MEASURED, "a replay of remembered answers was accepted"
 
 
 def test_race_is_named_as_nondeterminism_or_wrong(evaluators):

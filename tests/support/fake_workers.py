@@ -4,7 +4,9 @@ The fake runner obeys the candidate: a ProgramArtifact whose program says {"beha
 answers normally ("ok"), slowly ("slow"), dies ("die"), hangs ("hang"), reports a fatal CUDA
 error ("cuda_error"), sends outputs that make the fake judge die ("kill_judge"), leaves work on
 another stream at every timing ("side_stream") or only at its first timing ("stray_once": an
-honest kernel on a host that hiccuped once).
+honest kernel on a host that hiccuped once), or replays answers it remembers ("replay": 1 ms on
+the timing sets, 10 ms on each unseen set, which it meets for the first time; "replay_stray_once"
+also strays at its first timing, so it is timed twice).
 """
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ def fake_runner_main(conn, device_index, role, scratch):
             conn.send(P.TaskReady((1e-4, 1e-4)))
         elif isinstance(msg, P.Activate):
             conn.send(P.Verdict(True))
-        elif isinstance(msg, (P.Check, P.Time)):
+        elif isinstance(msg, (P.Check, P.Time, P.Interleave)):
             b = _behaviour(msg.artifact)
             if b == "die":
                 os._exit(9)
@@ -55,8 +57,13 @@ def fake_runner_main(conn, device_index, role, scratch):
             else:
                 key = msg.artifact.content_hash if isinstance(msg.artifact, P.ProgramArtifact) else ""
                 timings[key] = timings.get(key, 0) + 1
-                stray = b == "side_stream" or (b == "stray_once" and timings[key] == 1)
-                conn.send(P.TimeDone([1.0 + 0.01 * i for i in range(n_samples)], 0.5 if stray else 0.0, (), 0))
+                stray = b == "side_stream" or (b in ("stray_once", "replay_stray_once") and timings[key] == 1)
+                # An honest kernel takes as long on new inputs; a replaying one only the first time.
+                first_meeting = b.startswith("replay") and timings[key] == 1
+                unseen = [10.0 if first_meeting else 1.0 for _ in msg.bundle.unseen_sets]
+                baseline = [2.0] * (2 * msg.rounds) if isinstance(msg, P.Interleave) else []
+                conn.send(P.TimeDone([1.0 + 0.01 * i for i in range(n_samples)], 0.5 if stray else 0.0, (), 0,
+                                     baseline_samples_ms=baseline, unseen_samples_ms=unseen))
         elif isinstance(msg, P.TimeBaseline):
             conn.send(P.TimeDone([2.0] * 21, 0.0, (), 0))
 
@@ -74,7 +81,8 @@ def fake_judge_main(conn, device_index, scratch):
         if isinstance(msg, P.SetTask):
             conn.send(P.TaskReady((1e-4, 1e-4), flops=0))
         elif isinstance(msg, P.Prepare):
-            conn.send(P.Bundle(next_id, (), (), {"set0": (1.0, 2.0)}))
+            unseen = tuple(P.InputSet(f"unseen{i}", 1, i) for i in range(msg.unseen_sets))
+            conn.send(P.Bundle(next_id, (), (), {"set0": (1.0, 2.0)}, unseen))
             next_id += 1
         elif isinstance(msg, P.Judge):
             if msg.outputs == (("kill-judge",),):
