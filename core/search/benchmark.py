@@ -75,13 +75,11 @@ def run_trial(record: str | Path, policy: str, seed: int, budget: int,
 
 
 def search_record(record: str | Path, build_policy: Callable[[Any], Any], label: str, seed: int, budget: int,
-                  unrecorded: str, target_fraction: float = TARGET_FRACTION, max_idle_episodes: int = 50,
-                  before_run: Callable[[Any], None] | None = None) -> Trial:
+                  unrecorded: str, target_fraction: float = TARGET_FRACTION, max_idle_episodes: int = 50) -> Trial:
     """Run the optimiser on a replay of one record from the record's first candidate (the default
     schedule where the recorded search started), with build_policy(space) as the policy, in a
     throw-away project; the Trial notes when a candidate first came within target_fraction of the
-    record's best time. `before_run(optimizer)` sees the optimiser before it starts (training
-    hooks a teacher to it)."""
+    record's best time."""
     from core.program import KernelProgram
     from core.project import Project
 
@@ -115,8 +113,6 @@ def search_record(record: str | Path, build_policy: Callable[[Any], Any], label:
             opt = Optimizer(task, program, pool, project, build_policy(space), Budget(evaluations=budget), [watch],
                             seed=seed, space=space, unrecorded=unrecorded, resume=False,
                             max_idle_episodes=max_idle_episodes)
-            if before_run is not None:
-                before_run(opt)
             summary = opt.run()
         finally:
             project.close()

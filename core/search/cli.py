@@ -335,9 +335,6 @@ def add_train_parser(sub: Any) -> None:
     p.add_argument("--hold-out", type=int, default=3, metavar="K",
                    help="hold out every K-th task of each family (default 3; 0 = train on all)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--imitate", type=float, default=0.0, metavar="W",
-                   help="also learn, with weight W, the best reachable move that each whole-space record knows "
-                        "(core/search/teacher.py; default 0: PPO alone)")
     p.add_argument("--seeds", type=int, default=5, help="held-out trials per policy and record (default 5)")
     p.add_argument("--eval-budget", type=int, default=100, help="evaluations per held-out trial (default 100)")
     p.add_argument("--report", metavar="FILE.md", help="also write the held-out table to this file")
@@ -366,9 +363,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     files, missing = _record_files(args.records)
     if missing:
         return _fail(f"[red]no such project or folder:[/red] {', '.join(missing)}")
-    if min(args.rounds, args.budget, args.seeds, args.eval_budget) < 1 or args.hold_out < 0 or args.imitate < 0:
-        return _fail("[red]--rounds, --budget, --seeds and --eval-budget must be at least 1, --hold-out and "
-                     "--imitate at least 0[/red]")
+    if min(args.rounds, args.budget, args.seeds, args.eval_budget) < 1 or args.hold_out < 0:
+        return _fail("[red]--rounds, --budget, --seeds and --eval-budget must be at least 1, --hold-out at least 0[/red]")
     try:
         records = describe_records(files)
     except ProjectError as exc:
@@ -393,8 +389,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             if not console.is_terminal and len(episodes) % len(training) == 0:    # a log: one line per round
                 console.print(f"round {len(episodes) // len(training)} of {args.rounds} done")
 
-        policy, report = train(training, rounds=args.rounds, budget=args.budget, seed=args.seed, progress=step,
-                               imitation=args.imitate)
+        policy, report = train(training, rounds=args.rounds, budget=args.budget, seed=args.seed, progress=step)
     medians = report.round_medians(args.budget)
     console.print(f"median evaluations to 97 % of the best, per round: {' '.join(f'{m:g}' for m in medians)} "
                   f"({report.updates} policy updates)", soft_wrap=True)

@@ -299,10 +299,6 @@ class Optimizer:
             schedule = {k.name: int(rec.schedule.get(k.name, k.values[0])) for k in self.space.knobs}
             self._measured.setdefault(branch_id, []).append((rec.median_ms, rec.id, schedule))
 
-    def is_new(self, schedule: dict[str, int]) -> bool:
-        """Whether an evaluation of `schedule` would be new to this search (a training teacher asks)."""
-        return self._is_new(schedule)
-
     def _is_new(self, schedule: dict[str, int]) -> bool:
         """No verdict yet (a known schedule would cost a step and teach nothing), and in training
         one the record answers."""
@@ -331,7 +327,7 @@ class Optimizer:
         features = state_vector(self.space, self.task, self.gpu, schedule, status, measurement, self._eager_ms,
                                 step, self.episode_length, edits)
         return SearchState(dict(schedule), features, step, status, median,
-                           action_features(self.space, schedule, evaluate=self.policy.max_edits > 1), edits)
+                           action_features(self.space, schedule, evaluate=self.policy.max_edits > 1))
 
     def _propose(self, state: SearchState, mask: list[bool]) -> int:
         action = self.policy.propose(state, mask, self.rng)

@@ -79,16 +79,13 @@ def split_records(records: list[RecordInfo], held_out_every: int = 3) -> tuple[l
 
 
 def train(records: list[RecordInfo], *, rounds: int = 10, budget: int = 40, seed: int = 0, policy: Any = None,
-          progress: Callable[[Episode], None] | None = None, imitation: float = 0.0) -> tuple[Any, TrainReport]:
+          progress: Callable[[Episode], None] | None = None) -> tuple[Any, TrainReport]:
     """Train `policy` (default: a fresh PPO) on the records; returns it and the per-episode report.
-    The split is the caller's: pass only training records here. With `imitation` > 0 each record
-    also teaches the best reachable move (core/search/teacher.py), weighted by `imitation`."""
+    The split is the caller's: pass only training records here."""
     from .features import ACTION_SIZE, STATE_SIZE
-    from .policies.ppo import PPOConfig, PPOPolicy
+    from .policies.ppo import PPOPolicy
 
-    policy = policy or PPOPolicy(STATE_SIZE, ACTION_SIZE, seed=seed, config=PPOConfig(imitation=imitation))
-    if imitation > 0:
-        policy.config.imitation = imitation
+    policy = policy or PPOPolicy(STATE_SIZE, ACTION_SIZE, seed=seed)
     report = TrainReport(list(records), [])
     rng = random.Random(seed)
     for round_index in range(rounds):
@@ -97,27 +94,13 @@ def train(records: list[RecordInfo], *, rounds: int = 10, budget: int = 40, seed
         for record in order:
             # Two episodes in a row with nothing new end the visit: the record has no more to teach here.
             trial = search_record(record.path, lambda space: policy, "ppo", rng.randrange(1 << 30), budget, "mask",
-                                  max_idle_episodes=2,
-                                  before_run=_teacher_hook(policy, record.path) if imitation > 0 else None)
+                                  max_idle_episodes=2)
             policy.update()     # what a short visit gathered: learned once a batch is full
             episode = Episode(round_index, record.task, trial.to_target, trial.evaluations)
             report.episodes.append(episode)
             if progress:
                 progress(episode)
-    policy.teacher = None
     report.updates = getattr(policy, "updates", 0)
     policy.meta = {**policy.meta, "trained_on": sorted({r.task for r in records}), "rounds": rounds,
-                   "budget": budget, "seed": seed, "imitation": imitation}
+                   "budget": budget, "seed": seed}
     return policy, report
-
-
-def _teacher_hook(policy: Any, record: Path) -> Callable[[Any], None]:
-    """Before a visit of `record`: give the policy a teacher that knows the record and asks the
-    optimiser what is still new."""
-    from .teacher import RecordTeacher
-
-    def hook(opt: Any) -> None:
-        teacher = RecordTeacher(record, opt.space, policy.max_edits)
-        teacher.is_new = opt.is_new
-        policy.teacher = teacher.label
-    return hook

@@ -21,7 +21,6 @@ class SearchState:
     last_status: str | None = None
     last_ms: float | None = None
     actions: list[list[float]] | None = None   # one feature vector per entry of space.actions
-    edits: int = 0                     # edits the move in progress holds so far (policies of moves)
 
 
 @dataclass

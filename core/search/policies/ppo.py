@@ -17,7 +17,7 @@ import json
 import random
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -42,7 +42,6 @@ class PPOConfig:
     max_grad_norm: float = 0.5
     min_batch: int = 16            # update() waits until this many transitions are gathered
     max_edits: int = 3             # edits of different knobs one move may hold before it is evaluated
-    imitation: float = 0.0         # weight of the teacher's cross-entropy (training on records only; teacher.py)
 
 
 class ActorCritic(nn.Module):
@@ -106,8 +105,6 @@ class PPOPolicy(Policy):
         self.meta: dict[str, Any] = {}                   # how the weights were trained (cuda-agent train)
         self._pending: dict[str, Any] | None = None     # the proposal waiting for its reward
         self._buffer: list[dict[str, Any]] = []
-        # While training on a record: (state, mask) -> the action the record says is best, or None.
-        self.teacher: Callable[[SearchState, list[bool]], int | None] | None = None
 
     def _tensors(self, state: SearchState, mask: list[bool]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if state.actions is None or len(state.actions) != len(mask):
@@ -119,8 +116,6 @@ class PPOPolicy(Policy):
 
     def propose(self, state: SearchState, mask: list[bool], rng: random.Random) -> int:
         self._pending = self._choose(state, mask, rng)
-        if self.teacher is not None:
-            self._pending["label"] = self.teacher(state, mask)
         return self._pending["action"]
 
     def preview(self, state: SearchState, mask: list[bool], rng: random.Random) -> int:
@@ -169,14 +164,12 @@ class PPOPolicy(Policy):
             m[i, :len(b["mask"])] = b["mask"]
             present[i, :len(b["mask"])] = True
         a = torch.tensor([b["action"] for b in batch])
-        # The teacher's labels (-1: none); only used with imitation > 0.
-        labels = torch.tensor([b["label"] if b.get("label") is not None else -1 for b in batch])
         old_logp = torch.tensor([b["logp"] for b in batch])
         adv_t = torch.tensor(adv, dtype=torch.float32)
         if len(batch) > 1:
             adv_t = (adv_t - adv_t.mean()) / (adv_t.std() + 1e-8)
         ret_t = torch.tensor(ret, dtype=torch.float32)
-        stats = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "imitation_loss": 0.0}
+        stats = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0}
         n = 0
         for _ in range(c.epochs):
             order = torch.randperm(len(batch))
@@ -189,11 +182,6 @@ class PPOPolicy(Policy):
                 value_loss = (ret_t[idx] - value).pow(2).mean()
                 entropy = _masked_entropy(dist, m[idx]).mean()
                 loss = policy_loss + c.value_coef * value_loss - c.entropy_coef * entropy
-                taught = labels[idx] >= 0
-                if c.imitation > 0 and bool(taught.any()):
-                    imitation_loss = -dist.log_prob(labels[idx].clamp_min(0))[taught].mean()
-                    loss = loss + c.imitation * imitation_loss
-                    stats["imitation_loss"] += float(imitation_loss.detach())
                 self.optim.zero_grad()
                 loss.backward()
                 nn.utils.clip_grad_norm_(self.net.parameters(), c.max_grad_norm)
