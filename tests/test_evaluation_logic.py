@@ -3,6 +3,7 @@ files, timing statistics, ptxas parsing, cache keys of baselines and ceilings.""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -221,3 +222,41 @@ def test_replay_reason_names_a_time_that_needs_inputs_seen_before():
     reason = replay_reason(0.004, [0.060, 0.058, 0.061], 1.5)
     assert "4.0 us on the timing inputs" in reason and "60.0 us on 3 inputs it had never seen" in reason
     assert "15.0x" in reason
+
+
+def test_unseen_sets_are_drawn_as_the_judge_draws_them_and_timed_once_each():
+    """Runner._time_unseen on the CPU with a stand-in timer: one call per unseen set, on that set's
+    inputs (the judge draws them from the same seed), one output each."""
+    import types
+
+    from core.evaluation import protocol as P
+    from core.evaluation.runner import Runner
+    from core.tasks import load_task
+
+    task = load_task(Path(__file__).resolve().parents[1] / "resources" / "tasks" / "act_gelu.py")
+    live = [torch.zeros_like(x) for x in task.make_inputs(0, "cpu")]
+    seen: list[torch.Tensor] = []
+
+    class StandInTimer:
+        def run(self, call, live_inputs, input_sets, **kw):
+            assert kw["reps"] == 1 and kw["warmup"] is False and len(input_sets) == 1
+            for dst, src in zip(live_inputs, input_sets[0]):
+                dst.copy_(src)
+            out = call()
+            seen.append(live_inputs[0].clone())
+            return types.SimpleNamespace(samples_ms=[float(len(seen))], first_outputs=[[o.clone() for o in out]])
+
+    bound = types.SimpleNamespace(call=lambda: [torch.nn.functional.gelu(live[0])], fixed_outputs=False,
+                                  poison=None, raise_violations=lambda: None)
+    runner = Runner.__new__(Runner)
+    runner.torch, runner.task, runner.device, runner.timer = torch, task, "cpu", StandInTimer()
+    sets = tuple(P.InputSet(f"unseen{i}", 1, 100 + i) for i in range(3))
+    bundle = P.Bundle(1, (), (), {}, sets)
+    samples, outputs = runner._time_unseen(bundle, bound, live, 5.0, (1e-4, 1e-4))
+    assert samples == [1.0, 2.0, 3.0] and len(outputs) == 3
+    for s, x, out in zip(sets, seen, outputs):
+        expected = task.make_inputs(s.input_seed, "cpu")[0]
+        assert torch.equal(x, expected)
+        assert torch.allclose(out[0], torch.nn.functional.gelu(expected))
+    assert not torch.equal(seen[0], seen[1])
+    assert runner._time_unseen(P.Bundle(2, (), (), {}), bound, live, 5.0, (1e-4, 1e-4)) == ([], [])
