@@ -235,7 +235,8 @@ class PreparingPool(SlowPool):
         self.prepared: list[dict] = []
         self.lock = threading.Lock()
 
-    def prepare(self, candidate):
+    def prepare(self, candidate, speculative=False):
+        assert speculative, "compile-ahead's compiles must not overtake the loop's own"
         with self.lock:
             self.prepared.append(dict(candidate.schedule))
 

@@ -652,3 +652,32 @@ def test_compile_ptx_gives_readable_ptx_or_the_log():
     assert not ok and "undefined" in log
     ok, why = compile_ptx(VECTOR_ADD, arch="sm_90", options=["-arch=sm_80"])
     assert not ok and "sets the architecture" in why
+
+
+def test_pool_runs_a_compile_someone_waits_for_before_queued_speculative_ones(fake_compilers):
+    with CompilePool(workers=1, timeout=20.0, cache=None, compile_fn=fake_compilers) as pool:
+        pool.compile("warm")
+        busy = pool.submit("sleep:0.6#busy")                       # holds the only worker
+        ahead = [pool.submit(f"sleep:0.6#ahead{i}", speculative=True) for i in range(3)]
+        time.sleep(0.1)
+        start = time.perf_counter()
+        urgent = pool.compile("urgent")
+        waited = time.perf_counter() - start
+        assert urgent.ok and waited < 1.5                          # behind `busy` only, not the 1.8 s queued
+        assert not all(f.done() for f in ahead)
+        assert busy.result().ok and all(f.result().ok for f in ahead)
+
+
+def test_pool_moves_a_speculative_compile_to_the_front_when_someone_asks_for_it(fake_compilers):
+    with CompilePool(workers=1, timeout=20.0, cache=None, compile_fn=fake_compilers) as pool:
+        pool.compile("warm")
+        busy = pool.submit("sleep:0.6#busy")
+        ahead = [pool.submit(f"sleep:0.6#ahead{i}", speculative=True) for i in range(3)]
+        time.sleep(0.1)
+        start = time.perf_counter()
+        joined = pool.submit("sleep:0.6#ahead2")                   # the last prediction, now wanted
+        assert joined is ahead[2]
+        assert joined.result().ok and time.perf_counter() - start < 1.6     # not after ahead0 and ahead1 (2.3 s)
+        assert not ahead[1].done()
+        assert busy.result().ok and all(f.result().ok for f in ahead)      # each compiled once, all answered
+        assert pool.submit("sleep:0.6#ahead2", speculative=True) is not joined    # done jobs are forgotten

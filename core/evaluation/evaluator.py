@@ -195,8 +195,11 @@ class Evaluator:
 
     # ---- candidates ----------------------------------------------------------------------------
 
-    def prepare(self, candidate: Any) -> tuple[P.Artifact | None, EvalResult | None, dict[str, Any]]:
-        """Validate and compile; returns (artifact, None, info) or (None, failed result, info)."""
+    def prepare(self, candidate: Any, speculative: bool = False
+                ) -> tuple[P.Artifact | None, EvalResult | None, dict[str, Any]]:
+        """Validate and compile; returns (artifact, None, info) or (None, failed result, info).
+        `speculative`: compiled ahead for a candidate that may never be evaluated, so it waits
+        behind every compile someone is waiting for."""
         from core.program import KernelProgram, ProgramError
 
         info: dict[str, Any] = {}
@@ -208,7 +211,7 @@ class Evaluator:
                 return None, EvalResult(Status.REJECTED, f"invalid program: {exc}", candidate_hash=h), info
             arch = self.gpu.get("arch", "sm_90")
             options = list(candidate.compile_options()) + ["--ptxas-options=-v"]
-            res = self.pool.compile(candidate.source, arch=arch, options=options)
+            res = self.pool.compile(candidate.source, arch=arch, options=options, speculative=speculative)
             info.update(compile_log=res.log, compile_seconds=res.seconds, compile_cached=res.cached)
             if not res.ok:
                 status = Status.TIMEOUT if res.status == "timeout" else Status.COMPILE_ERROR

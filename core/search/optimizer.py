@@ -562,7 +562,7 @@ class Optimizer:
 
     def _prepare_quietly(self, candidate: Any) -> None:
         try:
-            self.pool.prepare(candidate)
+            self.pool.prepare(candidate, speculative=True)
         except Exception:
             pass     # the real evaluation reports any problem with this candidate
 

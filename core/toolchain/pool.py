@@ -14,6 +14,7 @@ Workers use the "spawn" start method: no forked copy of a parent that may hold C
 from __future__ import annotations
 
 import importlib
+import itertools
 import multiprocessing
 import os
 import queue
@@ -176,6 +177,12 @@ class _Job:
     key: str
     arch: str
     cacheable: bool = field(default=True)
+    speculative: bool = False          # compiled ahead for a candidate that may never be asked for
+    taken: bool = False                # a dispatcher has it (an urgent job can be queued twice)
+
+
+# Queue priorities: shutdown first, then compiles someone waits for, then speculative ones.
+_STOP, _URGENT, _SPECULATIVE = -1, 0, 1
 
 
 class CompilePool:
@@ -201,20 +208,25 @@ class CompilePool:
             compile_fn = f"{compile_fn.__module__}:{compile_fn.__qualname__}"
         self.compile_fn: str = compile_fn
         self._ctx = multiprocessing.get_context("spawn")
-        self._jobs: queue.Queue[_Job | None] = queue.Queue()
+        # (priority, sequence, job or None to stop a dispatcher): a compile the caller waits for
+        # overtakes queued speculative ones (compile-ahead's predictions).
+        self._jobs: queue.PriorityQueue[tuple[int, int, _Job | None]] = queue.PriorityQueue()
+        self._sequence = itertools.count()
         self._slots = [_Slot(self._ctx, self.compile_fn, i) for i in range(self.workers)]
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._closed = False
         # Jobs queued or compiling, by cache key: a second submit of the same source (the loop's
         # own compile of a candidate that compile-ahead already started) joins the first.
-        self._inflight: dict[str, Future] = {}
+        self._inflight: dict[str, _Job] = {}
 
     # -- public API --------------------------------------------------------------------------
     def submit(self, source: str, *, arch: str = "sm_90", options: Iterable[str] = (),
-               filename: str = "kernel.cu") -> Future:
+               filename: str = "kernel.cu", speculative: bool = False) -> Future:
         """Queue a compile; the Future resolves to a CompileResult (never to an exception, except
-        PoolClosedError when the pool is closed first)."""
+        PoolClosedError when the pool is closed first). A `speculative` compile (one nobody waits
+        for yet) waits behind every other queued compile; a later non-speculative submit of the same
+        source joins it and moves it to the front."""
         options = list(options)
         extra = "" if self.compile_fn == DEFAULT_COMPILE_FN else self.compile_fn
         key = compile_key_for(source, arch=arch, options=options, filename=filename, extra=extra)
@@ -230,25 +242,30 @@ class CompilePool:
         with self._lock:
             if self._closed:
                 raise PoolClosedError("submit() on a closed CompilePool")
-            running = self._inflight.get(key)
-            if running is not None and not running.cancelled():
-                return running
+            queued = self._inflight.get(key)
+            if queued is not None and not queued.future.cancelled():
+                if queued.speculative and not speculative and not queued.taken:
+                    queued.speculative = False      # now someone waits for it: queue it again, in front
+                    self._jobs.put((_URGENT, next(self._sequence), queued))
+                return queued.future
             self._start_dispatchers()
             future = Future()
-            self._inflight[key] = future
-            future.add_done_callback(lambda f, key=key: self._forget(key, f))
             payload = {"source": source, "arch": str(arch), "options": options, "filename": filename}
-            self._jobs.put(_Job(future, payload, key, str(arch), cacheable))
+            job = _Job(future, payload, key, str(arch), cacheable, speculative)
+            self._inflight[key] = job
+            future.add_done_callback(lambda f, key=key: self._forget(key, f))
+            self._jobs.put((_SPECULATIVE if speculative else _URGENT, next(self._sequence), job))
         return future
 
     def _forget(self, key: str, future: Future) -> None:
         # No lock: close() cancels futures while holding it, which runs this callback.
-        if self._inflight.get(key) is future:
+        job = self._inflight.get(key)
+        if job is not None and job.future is future:
             self._inflight.pop(key, None)
 
     def compile(self, source: str, *, arch: str = "sm_90", options: Iterable[str] = (),
-                filename: str = "kernel.cu") -> CompileResult:
-        return self.submit(source, arch=arch, options=options, filename=filename).result()
+                filename: str = "kernel.cu", speculative: bool = False) -> CompileResult:
+        return self.submit(source, arch=arch, options=options, filename=filename, speculative=speculative).result()
 
     def worker_pids(self) -> list[int | None]:
         """Process id per slot (None where no worker runs); for monitoring and tests."""
@@ -262,13 +279,13 @@ class CompilePool:
             self._closed = True
             while True:
                 try:
-                    job = self._jobs.get_nowait()
+                    _, _, job = self._jobs.get_nowait()
                 except queue.Empty:
                     break
                 if job is not None:
                     job.future.cancel()
             for _ in self._threads:
-                self._jobs.put(None)
+                self._jobs.put((_STOP, next(self._sequence), None))
         for slot in self._slots:
             with slot._lock:
                 slot.closed = True
@@ -295,9 +312,13 @@ class CompilePool:
 
     def _dispatch(self, slot: _Slot) -> None:
         while True:
-            job = self._jobs.get()
+            _, _, job = self._jobs.get()
             if job is None:
                 return
+            with self._lock:
+                if job.taken:
+                    continue       # the second entry of a job moved to the front, already taken
+                job.taken = True
             if self._closed:
                 job.future.cancel()
                 continue
