@@ -81,6 +81,19 @@ def get_inputs():
 def get_init_inputs():
     return []
 ''',
+    # Value classes and *_like constants (KL divergence's xlogy decomposes to isnan and where).
+    "classify_like": HEADER + '''
+class Model(nn.Module):
+    def forward(self, x):
+        y = torch.where(torch.isnan(x), torch.zeros_like(x), x) + torch.full_like(x, 0.5)
+        return y * torch.isfinite(1e38 * x).float() - torch.isinf(1e38 * x).float() + torch.ones_like(x)
+
+def get_inputs():
+    return [torch.randn(7, 33)]
+
+def get_init_inputs():
+    return []
+''',
     # Row reductions in half precision, keepdim and a 3-D input.
     "rowreduce_amax_fp16": HEADER + '''
 class Model(nn.Module):

@@ -86,8 +86,8 @@ def _available() -> str:
     parts = ["elementwise ops (arithmetic, comparisons, where, clamp, the common activations)",
              "softmax / log-softmax and sum / mean / amax / amin over the last dim"]
     text = {"reduce": "reductions over any dims (sum, mean, prod, max/min, argmax/argmin, var/std, "
-                      "norms) with elementwise ops around them; a gather of one element per row of the last dim "
-                      "(cross-entropy, NLL)",
+                      "norms) with elementwise ops around them; a gather of one element per row along one dim "
+                      "(cross-entropy, NLL, also over [N, C, d...])",
             "scan": "cumsum / cumprod (also reversed with flips)",
             "pool": "max / avg pooling"}
     return "; ".join(parts + [text[h] for h in have])

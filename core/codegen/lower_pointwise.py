@@ -34,7 +34,7 @@ from core.codegen.cuda_emit import (COMPUTE_CTYPE, ITEMSIZE, PRELUDE, STORAGE_CT
                                     round_to_storage, store_expr)
 from core.codegen.errors import CodegenError
 from core.codegen.graph import Graph, GraphInput, Node, Ref
-from core.codegen.pointwise_ops import (COMPARISONS, CONSTANT_OPS, FAST_OPS, IDENTITY_OPS, OPS, LoweringError,
+from core.codegen.pointwise_ops import (CLASSIFY, COMPARISONS, CONSTANT_OPS, FAST_OPS, IDENTITY_OPS, OPS, LoweringError,
                                         div_by_literal, is_pointwise)
 from core.codegen.schedule import Knob, ScheduleSpec
 
@@ -422,6 +422,10 @@ def _node_expr(node: Node, ct: str, var: dict[str, tuple[str, str]], values: dic
         return literal(fill, ct)
     if base in IDENTITY_OPS:
         return _convert(operands[0], ct, var)
+    if base in CLASSIFY:
+        if isinstance(operands[0], Ref):
+            return CLASSIFY[base](*var[operands[0].name])
+        raise LoweringError(f"{base} of a python number")
     if base in COMPARISONS:
         cmp_ct = COMPUTE_CTYPE[_promoted(node, operands[:2], values)]
         a, b = (_convert(o, cmp_ct, var) for o in operands[:2])

@@ -687,6 +687,8 @@ def _constraints(plan: _Plan, widest: int, acc_bytes: int) -> list:
             if steps < s["UNROLL"]:
                 return f"UNROLL={s['UNROLL']} is more than the {steps:.1f} steps each thread takes"
         if s.get("SPLIT", 1) * s["VEC"] > n_red:
+            if "SPLIT" not in s:
+                return f"VEC={s['VEC']} for a reduction of {n_red} elements"
             return f"SPLIT={s['SPLIT']} parts of VEC={s['VEC']} for a reduction of {n_red} elements"
         return None
 

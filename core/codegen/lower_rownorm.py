@@ -700,14 +700,16 @@ def _element_code(plan: _Plan, ins: list[_Input], elements: list[Node], var: dic
 
 def _bind_iotas(plan: _Plan, nodes: list[Node], var: dict[str, tuple[str, str]], j: str) -> list[Node]:
     """The element's index along a reduced dim (IOTA nodes) from its index j in the row: bound in
-    `var`; returns the other nodes. Rows reduced along more dims would need j split up; refused."""
+    `var`; returns the other nodes. j is the index along the reduced dims in both layouts (contiguous
+    rows, and strided rows: a pick along a middle dim, as K-dim cross-entropy does). Rows reduced
+    along more dims would need j split up; refused."""
     red = [d for d in range(len(plan.space)) if plan.reduced[d]]
     for n in nodes:
         if n.op == IOTA:
             d = int(n.attrs["dim"]) % len(plan.space)
-            if plan.layout != "rows" or tuple(n.shape) != plan.space or red != [d]:
+            if tuple(n.shape) != plan.space or red != [d]:
                 raise _error(plan.graph, f"the element index along dim {d} ('{n.name}', from a gather) is lowered "
-                                         f"for contiguous rows reduced along that one dim; these rows are "
+                                         f"for rows reduced along that one dim; these rows are "
                                          f"{list(plan.space)} over {red}.", [n.op])
             var[n.name] = (f"((long long)({j}))", "long long")
     return [n for n in nodes if n.op != IOTA]

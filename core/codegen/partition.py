@@ -384,6 +384,11 @@ def canonicalize(graph: Graph, rows: bool = False) -> Graph:
             b.to_copy(n.name, n.operands[0], n.dtype, n.shape)     # a broadcasting identity
         elif n.op == "repeat.default" and isinstance(n.operands[0], Ref):
             _split_repeat(b, n)
+        elif n.op == "full_like.default" and not isinstance(n.attrs.get("fill_value"), Ref):
+            # zeros_like / ones_like / full_like: a constant of the node's shape (it reads nothing).
+            b.add(n.name, "full.default", [], {"size": list(n.shape), "fill_value": n.attrs["fill_value"],
+                                               "dtype": n.dtype, "layout": None, "device": None,
+                                               "pin_memory": None}, n.shape, n.dtype)
         else:
             b.nodes.append(n)
 
@@ -865,7 +870,7 @@ class _Planner:
             return
         node = self.values[root]
         if not is_pointwise(node) and root not in self.view:
-            where = ("when it picks one element per row along the last dim, as cross-entropy and NLL do"
+            where = ("when it picks one element per row along a dim, as cross-entropy and NLL do"
                      if node.base == "gather" else
                      "next to the anchor it belongs with (a flip around a cumsum/cumprod)")
             raise CodegenError(f"Task '{self.g.task}': no code generator lowers '{node.op}' (node '{root}', "

@@ -16,6 +16,22 @@ from core.codegen.graph import Node
 
 # Ops whose operands are compared in their promoted type and whose result is bool.
 COMPARISONS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+# Ops that classify a value (bool result): the operand keeps its own compute type (a float stays a
+# float: no conversion to bool first). isnan(x) is x != x; integers are never NaN or infinite.
+def _classify(kind: str) -> Callable[[str, str], str]:
+    def emit(x: str, ct: str) -> str:
+        if ct not in ("float", "double"):
+            return "false" if kind in ("isnan", "isinf", "isposinf", "isneginf") else "true"
+        inf = literal(math.inf, ct)
+        return {"isnan": f"({x} != {x})",
+                "isinf": f"({x} == {inf} || {x} == -{inf})",
+                "isposinf": f"({x} == {inf})",
+                "isneginf": f"({x} == -{inf})",
+                "isfinite": f"({x} - {x} == ({ct})0)"}[kind]
+    return emit
+
+
+CLASSIFY = {k: _classify(k) for k in ("isnan", "isinf", "isposinf", "isneginf", "isfinite")}
 # Ops that only pass values through or create constants.
 IDENTITY_OPS = {"clone", "alias", "_to_copy", "to", "contiguous", "lift_fresh_copy"}
 CONSTANT_OPS = {"scalar_tensor", "full"}
@@ -254,6 +270,8 @@ def is_pointwise(node: Node) -> bool:
                                          for k in ("layout", "device", "pin_memory", "memory_format"))
     if base in CONSTANT_OPS:
         return True
+    if base in CLASSIFY:
+        return overload == "default"
     if base not in OPS and base not in COMPARISONS:
         return False
     allowed = SUPPORTED_OVERLOADS.get(base)

@@ -1,0 +1,854 @@
+"""Fuzzing the code generators of the memory-bound families on random small tasks.
+
+A seeded generator writes KernelBench-format task sources (class Model, get_inputs,
+get_init_inputs) in each family: pointwise chains with broadcasting over inputs of different ranks,
+reductions over any dims (keepdim both ways), softmax / log-softmax over any dim, the norms, the
+losses (K-dim cross-entropy included), scans and pooling, few long reductions / scans / rows (the
+split paths), and reductions whose results are used on the elements again ("compose"); shapes
+with odd sizes (1, 3, 7, 33, 129...), 1-4 dims, float32 / float16 / bfloat16 where the op allows. For every task, generate() must lower it (every op drawn is in the
+scope of the generators: a CodegenError is a finding); the generated CUDA then runs on the CPU (the
+thread-per-CUDA-thread emulation of test_codegen_scan.py, extended to 2-D/3-D blocks, with
+AddressSanitizer) at the default schedule and a few random legal ones, and its outputs are compared with the task's Model on the CPU.
+
+The CI test draws CA_FUZZ_CASES cases (default 54, six per family) from CA_FUZZ_SEED (default 0); a bigger sweep by hand:
+
+    CA_FUZZ_CASES=500 CA_FUZZ_SEED=7 python -m pytest -q tests/test_codegen_fuzz.py
+
+CA_FUZZ_FAMILIES=reduce,pool limits the families; CA_FUZZ_KEEP=/some/dir keeps the harness
+sources there, each case's task.py and inputs in case<n>/, and failures.txt (each failing task's
+source and what failed at which schedule).
+"""
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+import subprocess
+import tempfile
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from core.codegen import CodegenError, generate
+from core.program import ScalarArg, TensorArg
+from core.tasks import load_task_from_source
+from tests.test_codegen_rownorm import DYNAMIC_SMEM_BYTES, EMULATED_SMEM
+from tests.test_codegen_scan import EMULATION, SANITIZE
+
+GXX = shutil.which("g++")
+CASES = int(os.environ.get("CA_FUZZ_CASES", "54"))
+SEED = int(os.environ.get("CA_FUZZ_SEED", "0"))
+SCHEDULES = int(os.environ.get("CA_FUZZ_SCHEDULES", "3"))       # random legal schedules beyond the default
+FAMILIES = ["pointwise", "reduce", "softmax", "norm", "loss", "scan", "pool", "long", "compose"]
+ONLY = [f for f in os.environ.get("CA_FUZZ_FAMILIES", "").split(",") if f]
+KEEP = os.environ.get("CA_FUZZ_KEEP")
+MAX_THREADS_PER_EXE = 2_000_000            # emulated threads (blocks x block size) per executable run
+
+HEADER = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
+F32, F16, BF16 = "torch.float32", "torch.float16", "torch.bfloat16"
+SIZES = [1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 31, 33, 64, 65, 100, 129]
+
+
+# ---- the task generator --------------------------------------------------------------------------
+
+@dataclass
+class FuzzCase:
+    name: str
+    family: str
+    source: str
+    note: str = ""           # what was drawn, for the failure message
+
+
+def _shape(rng: random.Random, rank: int, limit: int = 6000) -> list[int]:
+    while True:
+        shape = [rng.choice(SIZES) for _ in range(rank)]
+        if _numel(shape) <= limit:
+            return shape
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _dtype(rng: random.Random, half: bool = True) -> str:
+    if not half:
+        return F32
+    return rng.choices([F32, F16, BF16], weights=[3, 1, 1])[0]
+
+
+def _broadcast_of(rng: random.Random, shape: list[int]) -> list[int]:
+    """A shape that broadcasts to `shape`: a suffix of it with some dims set to 1."""
+    k = rng.randint(0, len(shape))
+    sub = shape[len(shape) - k:]
+    return [1 if (d != 1 and rng.random() < 0.35) else d for d in sub]
+
+
+def _source(forward_args: str, body: list[str], inputs: list[str], init: list[str] | None = None,
+            init_inputs: str = "[]") -> str:
+    lines = [HEADER, "class Model(nn.Module):", "    def __init__(self):", "        super().__init__()"]
+    lines += ["        " + s for s in (init or [])]
+    lines += [f"    def forward(self, {forward_args}):"] + ["        " + s for s in body]
+    lines += ["", "", "def get_inputs():", f"    return [{', '.join(inputs)}]", "", "",
+              "def get_init_inputs():", f"    return {init_inputs}", ""]
+    return "\n".join(lines)
+
+
+def _randn(shape, dtype: str, scale: float = 1.0, shift: float = 0.0) -> str:
+    expr = f"torch.randn({tuple(shape)!r})"
+    if scale != 1.0:
+        expr = f"{expr} * {scale}"
+    if shift:
+        expr = f"({expr} + {shift})"
+    return f"({expr}).to({dtype})" if dtype != F32 else expr
+
+
+UNARY = [
+    "torch.relu({x})", "F.leaky_relu({x}, {a})", "F.elu({x}, alpha={p})", "F.selu({x})", "F.gelu({x})",
+    "F.gelu({x}, approximate='tanh')", "F.silu({x})", "F.mish({x})", "F.softplus({x})",
+    "F.softplus({x}, beta={p}, threshold=5.0)", "F.softsign({x})", "F.hardtanh({x}, -{p}, {p})",
+    "F.hardsigmoid({x})", "F.hardswish({x})", "torch.sigmoid({x})", "torch.tanh({x})",
+    "torch.clamp({x}, min=-{p}, max={p})", "torch.clamp({x}, min={a})", "({x} * {p})", "({x} + {a})",
+    "torch.abs({x})", "(-{x})", "torch.exp({x} * 0.5)", "F.relu6({x})",
+    "torch.where(torch.isnan({x}), torch.zeros_like({x}), {x})", "(torch.ones_like({x}) - {x})",
+]
+BINARY = [
+    "({x} + {y})", "({x} - {y})", "({x} * {y})", "({x} / ({y}.abs() + 0.5))", "torch.maximum({x}, {y})",
+    "torch.minimum({x}, {y})", "torch.where({x} > {y}, {x}, {y} * {p})",
+    "torch.where({x} < 0, {y}, {x})", "({x} >= {y}).to({x}.dtype)", "({x} * ({y} != 0.5).to({x}.dtype))",
+]
+
+
+def _unary(rng: random.Random, x: str) -> str:
+    return rng.choice(UNARY).format(x=x, a=rng.choice(["0.1", "0.01", "-0.25", "0.5"]),
+                                    p=rng.choice(["0.5", "1.5", "2.0", "3.0"]))
+
+
+def _binary(rng: random.Random, x: str, y: str) -> str:
+    return rng.choice(BINARY).format(x=x, y=y, p=rng.choice(["0.5", "1.5", "-2.0"]))
+
+
+def gen_pointwise(rng: random.Random, name: str) -> FuzzCase:
+    dtype = _dtype(rng)
+    out = _shape(rng, rng.randint(1, 4))
+    count = rng.randint(1, 3)
+    shapes = [out] + [_broadcast_of(rng, out) for _ in range(count - 1)]
+    rng.shuffle(shapes)
+    args = [f"x{i}" for i in range(count)]
+    values = list(args)
+    body = []
+    for k in range(rng.randint(1, 5)):
+        if len(values) > 1 and rng.random() < 0.5:
+            a, b = rng.sample(values, 2)
+            expr = _binary(rng, a, b)
+        else:
+            expr = _unary(rng, rng.choice(values))
+        body.append(f"t{k} = {expr}")
+        values.append(f"t{k}")
+    # Every input used: fold the unused ones in.
+    used = " ".join(body)
+    last = values[-1]
+    for a in args:
+        if not re.search(rf"\b{a}\b", used):
+            body.append(f"t{len(body)} = {last} + {a}")
+            last = f"t{len(body) - 1}"
+    extra_args, extra_inputs = [], []
+    if rng.random() < 0.2:                        # a python number given to forward
+        body.append(f"t{len(body)} = {last} * s + 0.25")
+        last = f"t{len(body) - 1}"
+        extra_args, extra_inputs = ["s"], [rng.choice(["0.75", "-1.5", "3"])]
+    if rng.random() < 0.15:                       # an integer tensor promoted to the float dtype
+        body.append(f"t{len(body)} = {last} + k")
+        last = f"t{len(body) - 1}"
+        extra_args.append("k")
+        extra_inputs.append(f"torch.randint(-3, 4, {tuple(_broadcast_of(rng, out))!r}, dtype=torch.int32)")
+    outs = last
+    if rng.random() < 0.25 and len(values) > count + 1:
+        outs = f"{last}, {values[count]}"
+    body.append(f"return {outs}")
+    inputs = [_randn(s, dtype, scale=2.0) for s in shapes] + extra_inputs
+    return FuzzCase(name, "pointwise", _source(", ".join(args + extra_args), body, inputs), f"{dtype} {shapes}")
+
+
+def _dims(rng: random.Random, rank: int) -> list[int]:
+    k = rng.randint(1, rank)
+    dims = sorted(rng.sample(range(rank), k))
+    return [d - rank if rng.random() < 0.3 else d for d in dims]
+
+
+def gen_reduce(rng: random.Random, name: str) -> FuzzCase:
+    rank = rng.randint(1, 4)
+    shape = _shape(rng, rank)
+    dims = _dims(rng, rank)
+    d1 = rng.randrange(-rank, rank)
+    keep = rng.random() < 0.5
+    kd = f", keepdim={keep}"
+    dt = f"dim={tuple(dims)!r}"
+    op = rng.choice(["sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "prod", "var", "std",
+                     "norm", "sum_all", "mean_all", "max_all", "logsumexp", "count", "any"])
+    dtype = _dtype(rng, half=op not in ("prod", "var", "std"))
+    scale, shift = 1.0, 0.0
+    if op == "sum":
+        red = f"torch.sum(x, {dt}{kd})"
+    elif op == "mean":
+        red = f"x.mean({dt}{kd})"
+    elif op in ("amax", "amin"):
+        red = f"torch.{op}(x, {dt}{kd})"
+    elif op in ("max", "min"):
+        which = rng.choice(["values", "indices", "both"])
+        red = f"torch.{op}(x, dim={d1}{kd})"
+        red = red + (".values" if which == "values" else ".indices" if which == "indices" else "")
+    elif op in ("argmax", "argmin"):
+        red = f"torch.{op}(x, dim={d1}{kd})" if rng.random() < 0.85 else f"torch.{op}(x)"
+    elif op == "prod":
+        red = f"torch.prod(x, dim={d1}{kd})"
+        scale, shift = 0.2, 1.0
+    elif op in ("var", "std"):
+        corr = rng.choice(["", ", unbiased=False", ", correction=0", ", correction=1"])
+        red = f"torch.{op}(x, {dt}{corr}{kd})"
+    elif op == "norm":
+        p = rng.choice(["1", "2", "3", "float('inf')"])
+        red = f"torch.linalg.vector_norm(x, ord={p}, {dt}{kd})" if rng.random() < 0.5 else \
+            f"torch.norm(x, p={p}, {dt}{kd})"
+    elif op == "count":
+        red = f"(x > 0.3).sum({dt}{kd})" if rng.random() < 0.5 else f"(x > 0.3).float().mean({dt}{kd})"
+    elif op == "any":
+        red = f"(x > 1.5).any(dim={d1}{kd})" if rng.random() < 0.5 else f"(x > -1.5).all(dim={d1}{kd})"
+    elif op == "logsumexp":
+        red = f"torch.logsumexp(x, {dt}{kd})"
+    else:
+        red = {"sum_all": "x.sum()", "mean_all": "torch.mean(x)", "max_all": "torch.max(x)"}[op]
+    body = []
+    if rng.random() < 0.4 and op not in ("prod",):
+        body.append(f"x = {_unary(rng, 'x')}")
+    body.append(f"y = {red}")
+    if op in ("max", "min") and which == "both":
+        body.append("return y.values * 2.0, y.indices")
+    elif rng.random() < 0.3 and "arg" not in op and "indices" not in red and op not in ("count", "any"):
+        body.append(f"return {_unary(rng, 'y')}")
+    else:
+        body.append("return y")
+    return FuzzCase(name, "reduce", _source("x", body, [_randn(shape, dtype, scale, shift)]),
+                    f"{dtype} {shape} {op}")
+
+
+def gen_softmax(rng: random.Random, name: str) -> FuzzCase:
+    rank = rng.randint(1, 4)
+    shape = _shape(rng, rank)
+    dim = rng.randrange(-rank, rank)
+    dtype = _dtype(rng)
+    fn = rng.choice(["torch.softmax", "F.log_softmax", "F.softmax", "torch.log_softmax"])
+    body = []
+    if rng.random() < 0.4:
+        body.append(f"x = x * {rng.choice(['0.5', '2.0', '-1.0'])}")
+    body.append(f"y = {fn}(x, dim={dim})")
+    body.append(f"return {_unary(rng, 'y')}" if rng.random() < 0.2 else "return y")
+    return FuzzCase(name, "softmax", _source("x", body, [_randn(shape, dtype, scale=3.0)]),
+                    f"{dtype} {shape} {fn} dim={dim}")
+
+
+def gen_norm(rng: random.Random, name: str) -> FuzzCase:
+    kind = rng.choice(["layer", "rms", "rms_hand", "batch_eval", "batch_train", "group", "instance"])
+    dtype = _dtype(rng) if kind in ("layer", "rms_hand") else F32
+    init: list[str] = []
+    note = kind
+    if kind in ("layer", "rms", "rms_hand"):
+        rank = rng.randint(1, 4)
+        shape = _shape(rng, rank)
+        k = rng.randint(1, rank)
+        normalized = shape[rank - k:]
+        if kind == "layer":
+            affine = rng.random() < 0.7
+            bias = rng.random() < 0.7
+            init.append(f"self.norm = nn.LayerNorm({normalized!r}, eps={rng.choice(['1e-5', '1e-6'])}, "
+                        f"elementwise_affine={affine}, bias={bias}).to({dtype})")
+            if affine:
+                init.append("with torch.no_grad():")
+                init.append("    self.norm.weight.normal_()")
+                if bias:
+                    init.append("    self.norm.bias.normal_()")
+            body = ["return self.norm(x)"]
+        elif kind == "rms":
+            init.append(f"self.norm = nn.RMSNorm({normalized!r}, eps=1e-5)")
+            init.append("with torch.no_grad():")
+            init.append("    self.norm.weight.normal_()")
+            body = ["return self.norm(x)"]
+        else:
+            dims = tuple(range(-k, 0))
+            body = [f"r = torch.rsqrt(x.float().pow(2).mean(dim={dims!r}, keepdim=True) + 1e-6)",
+                    "return (x.float() * r).to(x.dtype) * self.w"]
+            init.append(f"self.w = nn.Parameter(torch.randn({normalized!r}).to({dtype}))")
+        note += f" {normalized}"
+    else:
+        rank = rng.randint(2, 5) if kind.startswith("batch") else rng.randint(3, 5)
+        c = rng.choice([1, 3, 4, 6, 8, 16])
+        shape = [rng.choice([1, 2, 3, 5])] + [c] + _shape(rng, rank - 2, limit=max(1, 6000 // (4 * c)))
+        if kind.startswith("batch"):
+            cls = {2: "BatchNorm1d", 3: "BatchNorm1d", 4: "BatchNorm2d", 5: "BatchNorm3d"}[rank]
+            affine = rng.random() < 0.8
+            init.append(f"self.norm = nn.{cls}({c}, affine={affine}, momentum=0.1)")
+            init.append("with torch.no_grad():")
+            init.append("    self.norm.running_mean.normal_()")
+            init.append("    self.norm.running_var.uniform_(0.5, 2.0)")
+            if affine:
+                init.append("    self.norm.weight.normal_()")
+                init.append("    self.norm.bias.normal_()")
+            if kind == "batch_eval":
+                init.append("self.norm.eval()")
+            if kind == "batch_train" and _numel(shape) // c < 2:
+                shape[0] = 2
+        elif kind == "group":
+            groups = rng.choice([g for g in (1, 2, 3, 4, 8) if c % g == 0])
+            init.append(f"self.norm = nn.GroupNorm({groups}, {c}, affine={rng.random() < 0.8})")
+            note += f" groups={groups}"
+        else:
+            cls = {3: "InstanceNorm1d", 4: "InstanceNorm2d", 5: "InstanceNorm3d"}[rank]
+            init.append(f"self.norm = nn.{cls}({c}, affine={rng.random() < 0.5})")
+            if _numel(shape[2:]) < 2:
+                shape[-1] = 3
+        body = ["return self.norm(x)"]
+    if rng.random() < 0.25:
+        body[-1] = body[-1].replace("return ", "y = ")
+        body.append(f"return {_unary(rng, 'y')}")
+    return FuzzCase(name, "norm", _source("x", body, [_randn(shape, dtype, scale=2.0, shift=0.5)], init),
+                    f"{dtype} {shape} {note}")
+
+
+def gen_loss(rng: random.Random, name: str) -> FuzzCase:
+    kind = rng.choice(["ce", "nll", "mse", "l1", "smooth_l1", "huber", "kl", "hinge", "cosine", "cos_sim",
+                       "triplet"])
+    reduction = rng.choice(["none", "sum", "mean"])
+    dtype = _dtype(rng) if kind in ("mse", "l1", "smooth_l1", "huber", "ce", "cos_sim") else F32
+    if kind in ("ce", "nll"):
+        n, c = rng.choice(SIZES), rng.choice([2, 3, 5, 10, 33, 100, 129])
+        extra = [rng.choice([2, 3, 5])] if rng.random() < 0.2 else []     # K-dim: [N, C, d] logits
+        logits = [n, c] + extra
+        targets = f"torch.randint(0, {c}, {tuple([n] + extra)!r})"
+        if kind == "ce":
+            ls = f", label_smoothing={rng.choice(['0.0', '0.1'])}" if rng.random() < 0.2 else ""
+            body = [f"return F.cross_entropy(x, t, reduction='{reduction}'{ls})"]
+        else:
+            body = [f"return F.nll_loss(F.log_softmax(x, dim=1), t, reduction='{reduction}')"]
+        return FuzzCase(name, "loss", _source("x, t", body, [_randn(logits, dtype, 2.0), targets]),
+                        f"{dtype} {logits} {kind} {reduction}")
+    rank = rng.randint(1, 4)
+    shape = _shape(rng, rank)
+    if kind in ("mse", "l1", "smooth_l1", "huber"):
+        fn = {"mse": "F.mse_loss(x, y", "l1": "F.l1_loss(x, y",
+              "smooth_l1": f"F.smooth_l1_loss(x, y, beta={rng.choice(['1.0', '0.5'])}",
+              "huber": f"F.huber_loss(x, y, delta={rng.choice(['1.0', '2.0'])}"}[kind]
+        body = [f"return {fn}, reduction='{reduction}')"]
+        return FuzzCase(name, "loss", _source("x, y", body, [_randn(shape, dtype, 2.0), _randn(shape, dtype)]),
+                        f"{dtype} {shape} {kind} {reduction}")
+    if kind == "kl":
+        shape = _shape(rng, rng.randint(2, 3))
+        red = rng.choice(["batchmean", "sum", "mean", "none"])
+        body = [f"return F.kl_div(torch.log_softmax(x, dim=-1), torch.softmax(y, dim=-1), reduction='{red}')"]
+        return FuzzCase(name, "loss", _source("x, y", body, [_randn(shape, dtype), _randn(shape, dtype)]),
+                        f"{dtype} {shape} kl {red}")
+    if kind == "hinge":
+        body = ["return torch.mean(torch.clamp(1 - x * y, min=0))"]
+        return FuzzCase(name, "loss", _source("x, y", body, [_randn(shape, dtype),
+                                                            f"torch.randint(0, 2, {tuple(shape)!r}).float() * 2 - 1"]),
+                        f"{dtype} {shape} hinge")
+    if kind in ("cosine", "cos_sim"):
+        rank = max(rank, 2)
+        shape = _shape(rng, rank)
+        dim = rng.randrange(-rank, rank)
+        if kind == "cosine":
+            body = [f"c = F.cosine_similarity(x, y, dim={dim})", "return torch.mean(1 - c)"]
+        else:
+            body = [f"return F.cosine_similarity(x, y, dim={dim}, eps=1e-8)"]
+        return FuzzCase(name, "loss", _source("x, y", body, [_randn(shape, dtype), _randn(shape, dtype)]),
+                        f"{dtype} {shape} {kind} dim={dim}")
+    shape = _shape(rng, 2)
+    margin = rng.choice(["1.0", "0.5", "2.0"])
+    body = [f"return F.triplet_margin_loss(a, p, n, margin={margin}, reduction='{reduction}')"]
+    return FuzzCase(name, "loss", _source("a, p, n", body, [_randn(shape, F32) for _ in range(3)]),
+                    f"{shape} triplet {reduction}")
+
+
+def gen_scan(rng: random.Random, name: str) -> FuzzCase:
+    rank = rng.randint(1, 4)
+    shape = _shape(rng, rank)
+    dim = rng.randrange(-rank, rank)
+    kind = rng.choice(["cumsum", "cumprod", "reverse", "exclusive", "masked", "cumsum_epi"])
+    dtype = _dtype(rng, half=kind in ("cumsum", "cumsum_epi"))
+    inputs = [_randn(shape, dtype, 0.2, 1.0) if kind == "cumprod" else _randn(shape, dtype)]
+    args = "x"
+    if kind == "cumsum":
+        body = [f"return torch.cumsum(x, dim={dim})"]
+    elif kind == "cumprod":
+        body = [f"return torch.cumprod(x, dim={dim})"]
+    elif kind == "reverse":
+        op = rng.choice(["cumsum", "cumprod"])
+        if op == "cumprod":
+            inputs = [_randn(shape, dtype, 0.2, 1.0)]
+        body = [f"return torch.{op}(x.flip({dim}), dim={dim}).flip({dim})"]
+    elif kind == "exclusive":
+        body = [f"return torch.cumsum(x, dim={dim}) - x"]
+    elif kind == "masked":
+        args = "x, mask"
+        inputs.append(f"torch.rand({tuple(shape)!r}) > 0.5")
+        body = [f"return torch.cumsum(x * mask, dim={dim})"]
+    else:
+        body = [f"y = torch.cumsum({_unary(rng, 'x')}, dim={dim})", f"return {_unary(rng, 'y')}"]
+    return FuzzCase(name, "scan", _source(args, body, inputs), f"{dtype} {shape} {kind} dim={dim}")
+
+
+def gen_pool(rng: random.Random, name: str) -> FuzzCase:
+    nd = rng.randint(1, 3)
+    kind = rng.choice(["max", "avg"])
+    dtype = _dtype(rng)
+    lead = [rng.choice([1, 2, 3]), rng.choice([1, 3, 4])]
+    batchless = rng.random() < 0.15
+    for _ in range(100):
+        k = [rng.choice([1, 2, 3, 4]) for _ in range(nd)]
+        s = [rng.choice([1, 2, 3]) for _ in range(nd)] if rng.random() < 0.7 else None
+        p = [rng.randint(0, kk // 2) for kk in k]
+        dil = [rng.choice([1, 2]) for _ in range(nd)] if kind == "max" else [1] * nd
+        ceil = rng.random() < 0.4
+        spatial = [rng.choice([1, 3, 5, 7, 8, 9, 16, 17, 33]) for _ in range(nd)]
+        stride = s or k
+        ok = all(dd * (kk - 1) + 1 <= sp + 2 * pp for dd, kk, sp, pp in zip(dil, k, spatial, p))
+        if ok and _numel(lead + spatial) <= 8000:
+            break
+    shape = (lead[1:] if batchless else lead) + spatial
+    if kind == "max":
+        call = (f"F.max_pool{nd}d(x, kernel_size={tuple(k)!r}, stride={tuple(stride)!r}, padding={tuple(p)!r}, "
+                f"dilation={tuple(dil)!r}, ceil_mode={ceil})")
+    else:
+        cip = rng.random() < 0.5
+        div = f", divisor_override={rng.choice([2, 5])}" if nd > 1 and rng.random() < 0.15 else ""
+        call = (f"F.avg_pool{nd}d(x, kernel_size={tuple(k)!r}, stride={tuple(stride)!r}, padding={tuple(p)!r}, "
+                f"ceil_mode={ceil}, count_include_pad={cip}{div})")
+    body = [f"y = {call}"]
+    body.append(f"return {_unary(rng, 'y')}" if rng.random() < 0.3 else "return y")
+    return FuzzCase(name, "pool", _source("x", body, [_randn(shape, dtype, 2.0)]), f"{dtype} {shape} {call}")
+
+
+def gen_compose(rng: random.Random, name: str) -> FuzzCase:
+    """Reductions whose results are used on the elements again (the row groups, the split path
+    when they do not fit, fusion of prologues with broadcast inputs and epilogues), and several
+    outputs: x op y -> statistics over random dims (keepdim) -> elementwise with the statistics."""
+    dtype = _dtype(rng)
+    rank = rng.randint(1, 4)
+    shape = _shape(rng, rank)
+    dims = tuple(_dims(rng, rank))
+    yshape = _broadcast_of(rng, shape)
+    body = [f"t = {_binary(rng, _unary(rng, 'x'), 'y')}" if rng.random() < 0.7 else f"t = {_unary(rng, 'x')} + y"]
+    pattern = rng.choice(["center", "standardize", "softmax", "gate", "rms", "lse", "two"])
+    d = f"dim={dims!r}, keepdim=True"
+    if pattern == "center":
+        body += [f"r = t.mean({d})", "o = t - r"]
+    elif pattern == "standardize":
+        body += [f"m = t.mean({d})", f"v = ((t - m) ** 2).mean({d})", "o = (t - m) * torch.rsqrt(v + 1e-5)", "r = v"]
+    elif pattern == "softmax":
+        body += [f"r = torch.amax(t, {d})", "e = torch.exp(t - r)", f"o = e / e.sum({d})"]
+    elif pattern == "gate":
+        body += [f"r = torch.sigmoid(torch.amin(t, {d}))", "o = t * r"]
+    elif pattern == "rms":
+        body += [f"r = torch.sqrt((t * t).mean({d}) + 1e-6)", "o = t / r"]
+    elif pattern == "lse":
+        body += [f"r = torch.logsumexp(t, dim={dims!r}, keepdim=True)", "o = t - r"]
+    else:
+        other = tuple(_dims(rng, rank))
+        body += [f"r = t.sum({d})", f"o = t * torch.amax(t, dim={other!r}, keepdim=True) - r"]
+    if rng.random() < 0.3:
+        body.append(f"o = {_unary(rng, 'o')}")
+    body.append("return o, r" if rng.random() < 0.35 else "return o")
+    return FuzzCase(name, "compose", _source("x, y", body, [_randn(shape, dtype, 2.0), _randn(yshape, dtype)]),
+                    f"{dtype} {shape} y{yshape} {pattern} dims={dims}")
+
+
+def gen_long(rng: random.Random, name: str) -> FuzzCase:
+    """Few long reductions, scans or rows: the split paths (a reduction or scan cut into parts that
+    several blocks run, then combined) and rows too long for one block's cache."""
+    kind = rng.choice(["reduce", "reduce", "scan", "rows"])
+    dtype = _dtype(rng)
+    if kind == "reduce":
+        outer = rng.choice([1, 2, 3, 5])
+        inner = rng.choice([1, 1, 3, 7])
+        n = rng.choice([4099, 8192, 20000, 33333, 65537]) // (outer * inner) + 1
+        shape = [outer, n, inner] if rng.random() < 0.5 else [n, outer * inner]
+        dim = 1 if len(shape) == 3 else 0
+        op = rng.choice(["x.sum(dim={d})", "x.mean(dim={d}, keepdim=True)", "torch.amax(x, dim={d})",
+                         "torch.argmax(x, dim={d})", "torch.var(x, dim={d})", "torch.linalg.vector_norm(x, dim={d})",
+                         "x.sum()", "torch.amin(x)", "x.abs().mean()"])
+        if "var" in op or "norm" in op:
+            dtype = F32
+        body = [f"return {op.format(d=dim)}"]
+        return FuzzCase(name, "long", _source("x", body, [_randn(shape, dtype, 1.0, 0.5)]), f"{dtype} {shape} {op}")
+    if kind == "scan":
+        rows = rng.choice([1, 2, 3])
+        n = rng.choice([3000, 8191, 20000])
+        dtype = F32
+        dim = rng.choice([-1, 0])
+        shape = [rows, n] if dim == -1 else [n, rows]
+        body = [f"return torch.cumsum(x, dim={dim})" if rng.random() < 0.7 else
+                f"return torch.cumsum(x.flip({dim}), dim={dim}).flip({dim})"]
+        return FuzzCase(name, "long", _source("x", body, [_randn(shape, dtype)]), f"{dtype} {shape} scan")
+    rows = rng.choice([1, 2, 3])
+    n = rng.choice([5000, 12289, 40000])
+    op = rng.choice(["torch.softmax(x, dim=-1)", "F.log_softmax(x, dim=-1)", "F.layer_norm(x, (x.shape[-1],))",
+                     "torch.logsumexp(x, dim=-1)"])
+    return FuzzCase(name, "long", _source("x", [f"return {op}"], [_randn([rows, n], dtype, 2.0)]),
+                    f"{dtype} {[rows, n]} {op}")
+
+
+GENERATORS = {"pointwise": gen_pointwise, "reduce": gen_reduce, "softmax": gen_softmax, "norm": gen_norm,
+              "loss": gen_loss, "scan": gen_scan, "pool": gen_pool, "long": gen_long,
+              "compose": gen_compose}
+
+
+def draw_cases(count: int, seed: int, families: list[str] | None = None) -> list[FuzzCase]:
+    rng = random.Random(seed)
+    fams = families or FAMILIES
+    out = []
+    for i in range(count):
+        fam = fams[i % len(fams)]
+        out.append(GENERATORS[fam](rng, f"fz{seed}_{i}_{fam}"))
+    return out
+
+
+# ---- running one case ------------------------------------------------------------------------------
+
+TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
+                "bfloat16": torch.bfloat16, "int64": torch.int64, "int32": torch.int32, "bool": torch.bool,
+                "uint8": torch.uint8, "int8": torch.int8}
+
+
+@dataclass
+class Prepared:
+    case: FuzzCase
+    gen: Any = None
+    inputs: dict[str, torch.Tensor] = field(default_factory=dict)
+    expected: list[torch.Tensor] = field(default_factory=list)
+    expected64: list[torch.Tensor] | None = None
+    schedules: list[dict] = field(default_factory=list)
+    plans: list[Any] = field(default_factory=list)
+    programs: list[Any] = field(default_factory=list)
+    error: str | None = None          # a finding before any run
+    skip: str | None = None           # the reference itself cannot run
+
+
+def _forward(model: torch.nn.Module, args: list) -> list[torch.Tensor]:
+    with torch.no_grad():
+        out = model(*args)
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def prepare(case: FuzzCase, rng: random.Random) -> Prepared:
+    from core.program import TensorInfo
+
+    p = Prepared(case)
+    try:
+        task = load_task_from_source(case.source, case.name)
+    except Exception as exc:                 # the generator wrote a task the loader refuses
+        p.skip = f"task does not load: {exc}"
+        return p
+    model = task.make_model(0, "cpu")
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    args = task.make_inputs(0, "cpu")
+    try:
+        m64 = task.make_model(0, "cpu").double()
+        m64.load_state_dict({k: v.double() if v.is_floating_point() else v for k, v in state.items()})
+        p.expected64 = _forward(m64, [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+                                      for a in args])
+    except Exception:
+        p.expected64 = None
+    try:
+        p.expected = _forward(model, [a.clone() if isinstance(a, torch.Tensor) else a for a in args])
+    except Exception as exc:                 # e.g. an op without a CPU kernel for this dtype
+        specs = task.output_specs
+        if p.expected64 is None or len(specs) != len(p.expected64):
+            p.skip = f"the reference does not run on the CPU: {exc}"
+            return p
+        # The float64 model's outputs in the task's output dtypes stand in.
+        p.expected = [e.to(getattr(torch, str(spec.dtype).removeprefix("torch.")))
+                      for e, spec in zip(p.expected64, specs)]
+    try:
+        p.gen = generate(task)
+    except CodegenError as exc:
+        p.error = f"generate() refused an in-scope task: {exc}"
+        return p
+    except Exception:
+        p.error = f"generate() crashed:\n{traceback.format_exc()}"
+        return p
+    named = dict(zip(task.input_names, args))
+    named.update(state)
+    try:
+        p.inputs = {v.name: named[v.name].contiguous() for v in p.gen.graph.inputs}
+    except KeyError as exc:
+        p.error = f"graph input {exc} is neither a forward input nor a state_dict entry"
+        return p
+    env = {n: TensorInfo(tuple(t.shape), str(t.dtype).removeprefix("torch.")) for n, t in p.inputs.items()}
+    default = p.gen.spec.default()
+    schedules = [default]
+    try:
+        for s in p.gen.spec.sample(rng, SCHEDULES + 2):
+            if s != default and s not in schedules and len(schedules) <= SCHEDULES:
+                schedules.append(s)
+    except Exception:
+        p.error = f"sampling schedules failed:\n{traceback.format_exc()}"
+        return p
+    for s in schedules:
+        why = p.gen.spec.why_illegal(s)
+        if why:
+            p.error = f"the default schedule {s} is illegal: {why}"
+            return p
+        program = p.gen.program.with_schedule(s)
+        try:
+            plan = program.resolve(env)
+        except Exception as exc:
+            p.error = f"the plan at legal schedule {s} does not resolve: {exc}"
+            return p
+        threads = sum(launch.grid[0] * launch.grid[1] * launch.grid[2] * launch.block[0] for launch in plan.launches)
+        if threads > MAX_THREADS_PER_EXE or any(launch.shared_bytes > DYNAMIC_SMEM_BYTES for launch in plan.launches):
+            continue
+        p.schedules.append(s)
+        p.programs.append(program)
+        p.plans.append(plan)
+    return p
+
+
+def _nbytes(shape, dtype: str) -> int:
+    return torch.empty(tuple(shape), dtype=TORCH_DTYPES[dtype], device="meta").nbytes
+
+
+def _run_code(index: int, program, plan, inputs: dict[str, torch.Tensor]) -> str:
+    defines = "".join(f"#define {k} {v}\n" for k, v in program.schedule.items())
+    undefs = "".join(f"#undef {k}\n" for k in program.schedule)
+    source = program.source.replace('extern "C" ', "")
+    lines = [f"namespace s{index} {{", defines + source, "int run() {"]
+    lines += [f"    using namespace {ns};" for ns in sorted(set(re.findall(r"namespace (ca_g\d+) \{", source)))]
+    names = {}
+    for i, name in enumerate(inputs):
+        names[name] = f"in{i}"
+        lines.append(f'    unsigned char* in{i} = ca_read("in{i}.bin");')
+    for buf in plan.buffers:
+        names[buf.name] = f"b{len(names)}"
+        lines.append(f"    unsigned char* {names[buf.name]} = ca_alloc({_nbytes(buf.shape, buf.dtype)}, 0xA5);")
+    for launch in plan.launches:
+        args = []
+        for a in launch.args:
+            if isinstance(a, TensorArg):
+                args.append(f"CaArg{{{names[a.name]}, 0, 0.0}}")
+            else:
+                assert isinstance(a, ScalarArg)
+                args.append(f"CaArg{{nullptr, {int(a.value)}LL, {float(a.value)!r}}}")
+        lines.append(f"    ca_launch([&] {{ {launch.kernel}({', '.join(args)}); }}, "
+                     f"ca_dim3{{{launch.grid[0]}, {launch.grid[1]}, {launch.grid[2]}}}, "
+                     f"ca_dim3{{{', '.join(str(b) for b in (list(launch.block) + [1, 1])[:3])}}});")
+    for i, name in enumerate(plan.outputs):
+        buf = next(b for b in plan.buffers if b.name == name)
+        lines.append(f'    ca_write("out{index}_{i}.bin", {names[name]}, {_nbytes(buf.shape, buf.dtype)});')
+    lines += ["    return 0;", "}", undefs + f"}}  // namespace s{index}"]
+    return "\n".join(lines)
+
+
+def _emulation() -> str:
+    """test_codegen_scan.py's emulation with 2-D and 3-D blocks (the reduce family's column layout
+    runs COLW x BLOCK/COLW threads): threads are numbered x fastest, warps are 32 consecutive
+    threads of that numbering, as on the GPU."""
+    text = EMULATION
+    for old, new in [
+        ("thread_local ca_dim3 threadIdx, blockIdx;", "thread_local ca_dim3 threadIdx, blockIdx;\nthread_local unsigned ca_lin;"),
+        ("const int w = threadIdx.x / 32, lane = threadIdx.x % 32;", "const int w = ca_lin / 32, lane = ca_lin % 32;"),
+        ("threadIdx = ca_dim3{t->tx, 0, 0};",
+         "ca_lin = t->tx;\n    threadIdx = ca_dim3{t->tx % blockDim.x, (t->tx / blockDim.x) % blockDim.y, "
+         "t->tx / (blockDim.x * blockDim.y)};"),
+        ("const unsigned n = block.x;", "const unsigned n = block.x * block.y * block.z;"),
+    ]:
+        assert old in text, old
+        text = text.replace(old, new)
+    count = text.count("const int lane = threadIdx.x % 32")
+    assert count == 4, count
+    return text.replace("const int lane = threadIdx.x % 32", "const int lane = ca_lin % 32")
+
+
+def _build(chunk: list[tuple[int, Prepared, int]], folder: Path, tag: str) -> tuple[Path | None, str]:
+    """One executable for (run index, case, schedule number) triples; (path, g++ errors)."""
+    code = [_emulation(), EMULATED_SMEM, "#define __CUDACC__", "#define __align__(n) __attribute__((aligned(n)))"]
+    for k, p, j in chunk:
+        code.append(_run_code(k, p.programs[j], p.plans[j], p.inputs))
+    code += ["int main(int argc, char** argv) {", "    switch (atoi(argv[1])) {"]
+    code += [f"    case {k}: return s{k}::run();" for k, _, _ in chunk]
+    code += ["    }", "    return 1;", "}"]
+    src = folder / f"fuzz_{tag}.cpp"
+    src.write_text("\n".join(code))
+    exe = folder / f"fuzz_{tag}"
+    done = subprocess.run([GXX, "-std=c++17", "-O1", "-w", "-pthread", *SANITIZE, str(src), "-o", str(exe)],
+                          capture_output=True, text=True, timeout=1200)
+    return (exe if done.returncode == 0 else None), done.stderr
+
+
+def _tolerance(dtype: torch.dtype) -> float:
+    return 1e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-4
+
+
+def _mismatch(got: torch.Tensor, want: torch.Tensor, want64: torch.Tensor | None) -> str | None:
+    """None when `got` matches the reference (the model in the task's dtype, or in float64 cast
+    back, whichever is closer): elementwise atol = rtol = the dtype's tolerance, or for float32 a
+    relative norm within 1e-5 with elementwise errors within 1e-3 (long sums)."""
+    if got.shape != want.shape:
+        return f"shape {tuple(got.shape)} != {tuple(want.shape)}"
+    if got.dtype != want.dtype:
+        return f"dtype {got.dtype} != {want.dtype}"
+    if not want.is_floating_point():
+        if torch.equal(got, want):
+            return None
+        bad = (got != want).nonzero()[:5].tolist()
+        return f"{int((got != want).sum())} of {want.numel()} differ, first at {bad}"
+    refs = [want] + ([want64.to(want.dtype)] if want64 is not None else [])
+    tol = _tolerance(want.dtype)
+    msgs = []
+    for ref in refs:
+        try:
+            torch.testing.assert_close(got, ref, atol=tol, rtol=tol, equal_nan=True)
+            return None
+        except AssertionError as exc:
+            msgs.append(str(exc).strip().splitlines())
+        if want.dtype == torch.float32 and want64 is not None:
+            g, r = got.double(), want64.double()
+            finite = torch.isfinite(r)
+            if torch.equal(torch.isnan(got), torch.isnan(r)) and torch.equal(g[~finite & ~torch.isnan(r)],
+                                                                              r[~finite & ~torch.isnan(r)]):
+                num = (g[finite] - r[finite]).norm()
+                den = r[finite].norm().clamp_min(1e-30)
+                if num / den <= 1e-5 and torch.allclose(g[finite], r[finite], atol=1e-3, rtol=1e-3):
+                    return None
+    return " | ".join(" ".join(m[:4]) for m in msgs)
+
+
+@dataclass
+class Outcome:
+    case: FuzzCase
+    failures: list[str] = field(default_factory=list)
+    runs: int = 0
+    skipped: str | None = None
+    family: str | None = None
+
+
+def run_fuzz(cases: list[FuzzCase], seed: int, folder: Path, jobs: int = 2) -> list[Outcome]:
+    rng = random.Random(seed * 7919 + 1)
+    prepared = [prepare(c, rng) for c in cases]
+    outcomes = [Outcome(p.case) for p in prepared]
+    runs: list[tuple[int, Prepared, int]] = []
+    where: dict[int, tuple[int, int]] = {}      # run index -> (case number, schedule number)
+    for n, (p, o) in enumerate(zip(prepared, outcomes)):
+        if p.skip:
+            o.skipped = p.skip
+            continue
+        if p.error:
+            o.failures.append(p.error)
+            continue
+        o.family = p.gen.family
+        casedir = folder / f"case{n}"
+        casedir.mkdir(parents=True, exist_ok=True)
+        (casedir / "task.py").write_text(p.case.source)
+        for i, t in enumerate(p.inputs.values()):
+            (casedir / f"in{i}.bin").write_bytes(t.contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+        for j in range(len(p.schedules)):
+            where[len(runs)] = (n, j)
+            runs.append((len(runs), p, j))
+    # Chunks of whole cases, built on `jobs` threads.
+    chunks: list[list[tuple[int, Prepared, int]]] = []
+    size = min(40, max(8, (len(runs) + 2 * jobs - 1) // (2 * jobs)))
+    for r in runs:
+        if not chunks or (len(chunks[-1]) >= size and chunks[-1][-1][1] is not r[1]):
+            chunks.append([])
+        chunks[-1].append(r)
+
+    def build_and_run(item):
+        c, chunk = item
+        exe, err = _build(chunk, folder, str(c))
+        if exe is None:
+            # One case's source does not compile: find which, so the others still run.
+            results = {}
+            for k, p, j in chunk:
+                one, err1 = _build([(k, p, j)], folder, f"{c}_{k}")
+                if one is None:
+                    results[k] = ("build", err1[:3000])
+                else:
+                    results[k] = _run_one(one, k, folder / f"case{where[k][0]}")
+            return results
+        return {k: _run_one(exe, k, folder / f"case{where[k][0]}") for k, _, _ in chunk}
+
+    with ThreadPoolExecutor(jobs) as pool:
+        results: dict[int, tuple[str, str]] = {}
+        for res in pool.map(build_and_run, enumerate(chunks)):
+            results.update(res)
+    for k, (status, text) in sorted(results.items()):
+        n, j = where[k]
+        p, o = prepared[n], outcomes[n]
+        o.runs += 1
+        sched = p.schedules[j]
+        if status == "build":
+            o.failures.append(f"g++ failed at {sched}:\n{text}")
+            continue
+        if status != "ok":
+            o.failures.append(f"the emulated kernels failed at {sched}:\n{text}")
+            continue
+        plan = p.plans[j]
+        if len(plan.outputs) != len(p.expected):
+            o.failures.append(f"{len(plan.outputs)} outputs, the model has {len(p.expected)}")
+            continue
+        for i, (oname, want) in enumerate(zip(plan.outputs, p.expected)):
+            buf = next(b for b in plan.buffers if b.name == oname)
+            data = bytearray((folder / f"case{n}" / f"out{k}_{i}.bin").read_bytes())
+            got = torch.frombuffer(data, dtype=TORCH_DTYPES[buf.dtype]).reshape(want.shape).clone() \
+                if _numel(buf.shape) == want.numel() else torch.frombuffer(data, dtype=TORCH_DTYPES[buf.dtype])
+            want64 = p.expected64[i] if p.expected64 is not None else None
+            bad = _mismatch(got, want, want64)
+            if bad:
+                o.failures.append(f"output {i} at {sched}: {bad}")
+    return outcomes
+
+
+def _run_one(exe: Path, k: int, casedir: Path) -> tuple[str, str]:
+    env = {**os.environ, "ASAN_OPTIONS": "detect_leaks=0"}
+    try:
+        done = subprocess.run([str(exe), str(k)], cwd=casedir, capture_output=True, text=True, timeout=300, env=env)
+    except subprocess.TimeoutExpired:
+        return "timeout", "timed out after 300 s"
+    if done.returncode != 0:
+        return "crash", f"exit {done.returncode}: {done.stderr[-3000:]}"
+    return "ok", ""
+
+
+def report(outcomes: list[Outcome]) -> str:
+    lines = []
+    for o in outcomes:
+        if o.failures:
+            lines.append(f"== {o.case.name} ({o.case.note}) family={o.family}\n{o.case.source}")
+            lines += ["   " + f.replace("\n", "\n   ") for f in o.failures[:4]]
+    return "\n".join(lines)
+
+
+@pytest.mark.skipif(GXX is None, reason="no host C++ compiler")
+@pytest.mark.timeout(max(300, CASES * 12))
+def test_generated_cuda_matches_the_model_on_random_tasks():
+    cases = draw_cases(CASES, SEED, ONLY or None)
+    if KEEP:
+        folder = Path(KEEP)
+        folder.mkdir(parents=True, exist_ok=True)
+        outcomes = run_fuzz(cases, SEED, folder)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            outcomes = run_fuzz(cases, SEED, Path(tmp))
+    failed = [o for o in outcomes if o.failures]
+    skipped = [o for o in outcomes if o.skipped]
+    text = report(outcomes)
+    if KEEP:
+        (Path(KEEP) / "failures.txt").write_text(text)
+    assert len(skipped) <= len(cases) // 4, [(o.case.name, o.skipped) for o in skipped]
+    assert not failed, f"{len(failed)} of {len(cases)} random tasks failed:\n{text[:20000]}"
