@@ -7,7 +7,7 @@ losses (K-dim cross-entropy included), scans and pooling, few long reductions / 
 split paths), and reductions whose results are used on the elements again ("compose"); shapes
 with odd sizes (1, 3, 7, 33, 129...), 1-4 dims, float32 / float16 / bfloat16 where the op allows. For every task, generate() must lower it (every op drawn is in the
 scope of the generators: a CodegenError is a finding); the generated CUDA then runs on the CPU (the
-thread-per-CUDA-thread emulation of test_codegen_scan.py, extended to 2-D/3-D blocks, with
+thread-per-CUDA-thread emulation of test_codegen_scan.py, 2-D and 3-D blocks included, with
 AddressSanitizer) at the default schedule and a few random legal ones, and its outputs are compared with the task's Model on the CPU.
 
 The CI test draws CA_FUZZ_CASES cases (default 54, six per family) from CA_FUZZ_SEED (default 0); a bigger sweep by hand:
@@ -655,29 +655,9 @@ def _run_code(index: int, program, plan, inputs: dict[str, torch.Tensor]) -> str
     return "\n".join(lines)
 
 
-def _emulation() -> str:
-    """test_codegen_scan.py's emulation with 2-D and 3-D blocks (the reduce family's column layout
-    runs COLW x BLOCK/COLW threads): threads are numbered x fastest, warps are 32 consecutive
-    threads of that numbering, as on the GPU."""
-    text = EMULATION
-    for old, new in [
-        ("thread_local ca_dim3 threadIdx, blockIdx;", "thread_local ca_dim3 threadIdx, blockIdx;\nthread_local unsigned ca_lin;"),
-        ("const int w = threadIdx.x / 32, lane = threadIdx.x % 32;", "const int w = ca_lin / 32, lane = ca_lin % 32;"),
-        ("threadIdx = ca_dim3{t->tx, 0, 0};",
-         "ca_lin = t->tx;\n    threadIdx = ca_dim3{t->tx % blockDim.x, (t->tx / blockDim.x) % blockDim.y, "
-         "t->tx / (blockDim.x * blockDim.y)};"),
-        ("const unsigned n = block.x;", "const unsigned n = block.x * block.y * block.z;"),
-    ]:
-        assert old in text, old
-        text = text.replace(old, new)
-    count = text.count("const int lane = threadIdx.x % 32")
-    assert count == 4, count
-    return text.replace("const int lane = threadIdx.x % 32", "const int lane = ca_lin % 32")
-
-
 def _build(chunk: list[tuple[int, Prepared, int]], folder: Path, tag: str) -> tuple[Path | None, str]:
     """One executable for (run index, case, schedule number) triples; (path, g++ errors)."""
-    code = [_emulation(), EMULATED_SMEM, "#define __CUDACC__", "#define __align__(n) __attribute__((aligned(n)))"]
+    code = [EMULATION, EMULATED_SMEM, "#define __CUDACC__", "#define __align__(n) __attribute__((aligned(n)))"]
     for k, p, j in chunk:
         code.append(_run_code(k, p.programs[j], p.plans[j], p.inputs))
     code += ["int main(int argc, char** argv) {", "    switch (atoi(argv[1])) {"]

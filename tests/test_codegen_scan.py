@@ -391,6 +391,9 @@ EMULATION = r"""
 
 struct ca_dim3 { unsigned x = 1, y = 1, z = 1; };
 thread_local ca_dim3 threadIdx, blockIdx;
+// The thread's number in its block, x fastest: warps are 32 consecutive numbers, as on the GPU
+// (1-D, 2-D and 3-D blocks alike).
+thread_local unsigned ca_lin;
 ca_dim3 blockDim, gridDim;
 
 // A reusable barrier that reports a deadlock (a thread that skipped it) instead of hanging.
@@ -430,7 +433,7 @@ inline void __syncthreads() { ca_block_barrier.wait("__syncthreads"); }
 
 template <class T> T ca_exchange(T v, int src) {
     static_assert(sizeof(T) <= 8, "shuffle of more than 8 bytes");
-    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int w = ca_lin / 32, lane = ca_lin % 32;
     memcpy(&ca_slot[w][lane], &v, sizeof(T));
     ca_warp_barrier[w].wait("a shuffle");
     T out;
@@ -439,19 +442,19 @@ template <class T> T ca_exchange(T v, int src) {
     return out;
 }
 template <class T> T __shfl_up_sync(unsigned, T v, unsigned delta, int width = 32) {
-    const int lane = threadIdx.x % 32, base = lane / width * width, src = lane - (int)delta;
+    const int lane = ca_lin % 32, base = lane / width * width, src = lane - (int)delta;
     return ca_exchange(v, src < base ? lane : src);
 }
 template <class T> T __shfl_down_sync(unsigned, T v, unsigned delta, int width = 32) {
-    const int lane = threadIdx.x % 32, base = lane / width * width, src = lane + (int)delta;
+    const int lane = ca_lin % 32, base = lane / width * width, src = lane + (int)delta;
     return ca_exchange(v, src >= base + width ? lane : src);
 }
 template <class T> T __shfl_xor_sync(unsigned, T v, int mask, int width = 32) {
-    const int lane = threadIdx.x % 32, base = lane / width * width, src = lane ^ mask;
+    const int lane = ca_lin % 32, base = lane / width * width, src = lane ^ mask;
     return ca_exchange(v, src < base || src >= base + width ? lane : src);
 }
 template <class T> T __shfl_sync(unsigned, T v, int src, int width = 32) {
-    const int lane = threadIdx.x % 32, base = lane / width * width;
+    const int lane = ca_lin % 32, base = lane / width * width;
     return ca_exchange(v, base + src % width);
 }
 
@@ -480,7 +483,8 @@ struct CaArg {
 template <class F> struct CaThread { F* fn; unsigned tx; ca_dim3 block; };
 template <class F> void* ca_thread_main(void* arg) {
     CaThread<F>* t = (CaThread<F>*)arg;
-    threadIdx = ca_dim3{t->tx, 0, 0};
+    ca_lin = t->tx;
+    threadIdx = ca_dim3{t->tx % blockDim.x, (t->tx / blockDim.x) % blockDim.y, t->tx / (blockDim.x * blockDim.y)};
     blockIdx = t->block;
     (*t->fn)();
     return nullptr;
@@ -490,7 +494,7 @@ template <class F> void* ca_thread_main(void* arg) {
 template <class F> void ca_launch(F fn, ca_dim3 grid, ca_dim3 block) {
     gridDim = grid;
     blockDim = block;
-    const unsigned n = block.x;
+    const unsigned n = block.x * block.y * block.z;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 1 << 20);
