@@ -2,9 +2,10 @@
 
     PYTHONPATH=. python3 bench/throughput.py --out DIR RUN [RUN ...]
 
-Each RUN is TASK:POLICY:BUDGET[:COMPILE_AHEAD] (a task of resources/tasks, compile-ahead 2 unless
-given). Every run is the product command, `cuda-agent run resources/tasks/TASK.py --policy POLICY
---budget BUDGET --compile-ahead N --project DIR/TASK-POLICY-aN.cuagent`, one after another on one GPU.
+Each RUN is TASK:POLICY:BUDGET[:COMPILE_AHEAD]: TASK is an example task's name (resources/tasks) or a
+task file's path; compile-ahead is the product's default unless given. Every run is the product command,
+`cuda-agent run TASK --policy POLICY --budget BUDGET [--compile-ahead N] --project DIR/NAME-POLICY-aN.cuagent`,
+one after another on one GPU.
 From each project: candidates evaluated, the wall time from the first proposal to the last verdict
 (the evaluator's start and the baselines come before the first proposal), candidates per minute,
 the median gap between verdicts, the median kernel time, and how many candidates found their
@@ -24,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from core.project import Project  # noqa: E402
+from core.search.session import RunConfig  # noqa: E402
 
 
 def summarise(path: Path) -> dict:
@@ -53,10 +55,12 @@ def main() -> int:
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for spec in args.runs:
         task, policy, budget, *rest = spec.split(":")
-        ahead = int(rest[0]) if rest else 2
+        ahead = int(rest[0]) if rest else RunConfig().compile_ahead
+        path = Path(task) if task.endswith(".py") else ROOT / "resources" / "tasks" / f"{task}.py"
+        task = path.stem
         project = args.out / f"{task}-{policy}-a{ahead}.cuagent"
         project.unlink(missing_ok=True)
-        cmd = [sys.executable, "-m", "core.cli", "run", str(ROOT / "resources" / "tasks" / f"{task}.py"),
+        cmd = [sys.executable, "-m", "core.cli", "run", str(path.resolve()),
                "--policy", policy, "--budget", budget, "--compile-ahead", str(ahead), "--project", str(project)]
         start = time.monotonic()
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)

@@ -95,6 +95,7 @@ def test_hostile_program_is_rejected_and_the_next_good_one_is_measured(evaluator
     ev = evaluators(task)
     for _ in range(TRIES.get(filename, 1)):
         result = ev.evaluate(load_solution(HOSTILE / filename), with_baselines=False)
+        print(f"\n{filename}: {result.status.value}: {result.reason}")    # the log shows each verdict (-s)
         assert result.status is not Status.MEASURED, "a hostile program was accepted"
         if status is not None:
             assert result.status is status, (result.status, result.reason)
