@@ -55,7 +55,7 @@ def main() -> int:
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for spec in args.runs:
         task, policy, budget, *rest = spec.split(":")
-        ahead = int(rest[0]) if rest else RunConfig().compile_ahead
+        ahead = int(rest[0]) if rest else RunConfig.__dataclass_fields__["compile_ahead"].default
         path = Path(task) if task.endswith(".py") else ROOT / "resources" / "tasks" / f"{task}.py"
         task = path.stem
         project = args.out / f"{task}-{policy}-a{ahead}.cuagent"
