@@ -252,11 +252,93 @@ def test_unseen_sets_are_drawn_as_the_judge_draws_them_and_timed_once_each():
     runner.torch, runner.task, runner.device, runner.timer = torch, task, "cpu", StandInTimer()
     sets = tuple(P.InputSet(f"unseen{i}", 1, 100 + i) for i in range(3))
     bundle = P.Bundle(1, (), (), {}, sets)
-    samples, outputs = runner._time_unseen(bundle, bound, live, 5.0, (1e-4, 1e-4))
+    outputs: list = []
+    samples = runner._time_unseen(bundle, bound, live, 5.0, (1e-4, 1e-4), outputs.append)
     assert samples == [1.0, 2.0, 3.0] and len(outputs) == 3
     for s, x, out in zip(sets, seen, outputs):
         expected = task.make_inputs(s.input_seed, "cpu")[0]
         assert torch.equal(x, expected)
         assert torch.allclose(out[0], torch.nn.functional.gelu(expected))
     assert not torch.equal(seen[0], seen[1])
-    assert runner._time_unseen(P.Bundle(2, (), (), {}), bound, live, 5.0, (1e-4, 1e-4)) == ([], [])
+    assert runner._time_unseen(P.Bundle(2, (), (), {}), bound, live, 5.0, (1e-4, 1e-4), outputs.append) == []
+    assert len(outputs) == 3
+
+
+def _cpu_judge(task_source: str, memory_bytes: int):
+    """A Judge on the CPU (its GPU start-up skipped), for the logic of bundles and verdicts."""
+    import torch
+
+    from core.evaluation.judge import Judge
+    from core.tasks import load_task_from_source
+
+    judge = Judge.__new__(Judge)
+    judge.torch, judge.device, judge.gpu = torch, "cpu", {"memory_bytes": memory_bytes}
+    judge.task = load_task_from_source(task_source, "tiny_scale")
+    judge.tolerance, judge.reference_dtype, judge.fallback_note = (1e-4, 1e-4), "float64", ""
+    judge.bundles, judge.next_id = {}, 1
+    return judge
+
+
+TINY_TASK = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x * 2.0
+
+def get_inputs():
+    return [torch.randn(64, 32)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def _outputs_for(judge, sets, tmp_path, make=lambda x: x * 2.0):
+    from core.evaluation.channel import write_tensor
+
+    return tuple((write_tensor(tmp_path, make(judge.task.make_inputs(s.input_seed, "cpu")[0]), f"{s.label}o0"),)
+                 for s in sets)
+
+
+def test_judge_keeps_references_within_its_memory_budget_and_computes_the_rest_when_judging(tmp_path):
+    from core.evaluation import protocol as P
+    from core.evaluation.judge import REFERENCE_MEMORY_FRACTION
+
+    one_set = 64 * 32 * 8                                   # a float64 reference of one set
+    judge = _cpu_judge(TINY_TASK, int(3.5 * one_set / REFERENCE_MEMORY_FRACTION))
+    bundle = judge.prepare(P.Prepare(check_sets=3, scaled_variants=2, timing_sets=2, unseen_sets=4))
+    refs = judge.bundles[bundle.id]["refs"]
+    assert sum(r is not None for r in refs.values()) == 3 and len(refs) == 11
+    assert len(bundle.fingerprints) == 11                   # every set is fingerprinted, kept or not
+    sets = bundle.timing_sets + bundle.unseen_sets
+    assert refs[bundle.unseen_sets[-1].label] is None
+    ok = judge.judge(P.Judge(bundle.id, "timing", _outputs_for(judge, sets, tmp_path)))
+    assert ok.ok, ok.reason
+    assert not list(tmp_path.iterdir())                     # the judge removes the files it read
+
+    # Wrong only on the last unseen set, whose reference was not kept: still found, and named.
+    wrong = _outputs_for(judge, sets[:-1], tmp_path) + _outputs_for(judge, sets[-1:], tmp_path, lambda x: x * 3.0)
+    verdict = judge.judge(P.Judge(bundle.id, "timing", wrong))
+    assert not verdict.ok and verdict.status == "wrong" and bundle.unseen_sets[-1].label in verdict.reason
+    assert not list(tmp_path.iterdir())
+
+
+def test_judge_names_constant_output_before_comparing_values(tmp_path):
+    from core.evaluation import protocol as P
+
+    judge = _cpu_judge(TINY_TASK, 1 << 30)
+    bundle = judge.prepare(P.Prepare(check_sets=3, scaled_variants=1, timing_sets=2))
+    constant = torch.ones(64, 32)
+    outs = _outputs_for(judge, bundle.check_sets, tmp_path, lambda x: constant)
+    verdict = judge.judge(P.Judge(bundle.id, "check", outs))
+    assert verdict.status == "rejected" and "constant output" in verdict.reason, verdict.reason
+    assert not list(tmp_path.iterdir())
+    # A wrong shape is refused before anything is read, and its files are removed too.
+    from core.evaluation.channel import write_tensor
+
+    bad = tuple((write_tensor(tmp_path, torch.zeros(3), f"b{i}"),) for i in range(len(bundle.check_sets)))
+    verdict = judge.judge(P.Judge(bundle.id, "check", bad))
+    assert verdict.status == "rejected" and "expected float32 (64, 32)" in verdict.reason, verdict.reason
+    assert not list(tmp_path.iterdir())

@@ -264,6 +264,7 @@ class Evaluator:
         if outcome.status is not Status.MEASURED:
             outcome.reason = "faster than the roofline floor, and failed re-verification: " + outcome.reason
             return self._result(sup, artifact, outcome, info, baselines)
+        result.details["reverify_seconds"] = outcome.seconds
         m = result.measurement
         cand = Timing.from_samples(outcome.samples_ms)
         eager = Timing.from_samples(outcome.baseline_samples_ms)

@@ -11,7 +11,25 @@ import traceback
 from typing import Any
 
 from . import protocol as P
+from .profiling import RequestProfiler
 from .results import Status
+
+
+# A bundle keeps its references on the device up to this share of the GPU's memory.
+REFERENCE_MEMORY_FRACTION = 0.2
+
+
+def _unlink_files(outputs) -> None:
+    """Remove the output files a runner wrote for the judge (device handles need nothing)."""
+    from .protocol import TensorFile
+
+    for files in outputs:
+        for f in files:
+            if isinstance(f, TensorFile):
+                try:
+                    os.unlink(f.path)
+                except OSError:
+                    pass
 
 
 class Judge:
@@ -119,19 +137,44 @@ class Judge:
         model_seed = secrets.randbits(62)
         timing = [P.InputSet(f"time{i}", model_seed, secrets.randbits(62)) for i in range(msg.timing_sets)]
         unseen = [P.InputSet(f"unseen{i}", model_seed, secrets.randbits(62)) for i in range(msg.unseen_sets)]
-        refs: dict[str, list] = {}
+        # References are kept only within a memory budget; the rest are computed again when judged
+        # (a large task's re-verification draws 23 sets, which would not fit otherwise).
+        refs: dict[str, list | None] = {}
         prints: dict[str, tuple[float, ...]] = {}
+        kept = 0
         for s in fresh + scaled + timing + unseen:
-            refs[s.label], prints[s.label] = self.reference_for(s)
+            if kept + self.reference_bytes() <= self.reference_budget():
+                refs[s.label], prints[s.label] = self.reference_for(s)
+                kept += self.reference_bytes()
+            else:
+                refs[s.label], prints[s.label] = None, self.fingerprint_for(s)
         bundle = P.Bundle(self.next_id, tuple(fresh + scaled), tuple(timing), prints, tuple(unseen))
         self.bundles[bundle.id] = {"bundle": bundle, "refs": refs}
         self.next_id += 1
         return bundle
 
+    def reference_bytes(self) -> int:
+        """Device bytes one input set's references take."""
+        size = 8 if self.reference_dtype == "float64" else 0
+        return sum(_numel(sp.shape) * (size or _itemsize(sp.dtype)) for sp in self.task.output_specs)
+
+    def reference_budget(self) -> int:
+        """Device bytes a bundle's kept references may take: a fifth of the GPU's memory."""
+        return int(self.gpu.get("memory_bytes", 0) * REFERENCE_MEMORY_FRACTION)
+
+    def fingerprint_for(self, s: P.InputSet) -> tuple[float, ...]:
+        from .compare import fingerprint
+
+        model, inputs = self.materialize(s)
+        return fingerprint(list(inputs) + list(model.state_dict().values()))
+
+    def reference(self, refs: dict[str, list | None], s: P.InputSet) -> list:
+        """The set's kept references, or ones computed now (and not kept)."""
+        kept = refs[s.label]
+        return kept if kept is not None else self.reference_for(s)[0]
+
     def judge(self, msg: P.Judge) -> P.Verdict:
-        from .channel import read_output
         from .compare import compare, fast_match
-        from .protocol import TensorFile
 
         torch = self.torch
         entry = self.bundles.get(msg.bundle_id)
@@ -144,56 +187,61 @@ class Judge:
             return P.Verdict(False, Status.CRASHED.value, f"internal: {len(msg.outputs)} output sets for {len(sets)} input sets")
         atol, rtol = self.tolerance
         specs = self.task.output_specs
-        received: list[list] = []
+        for files in msg.outputs:
+            problem = self._check_files(files, specs, msg.allow_ipc)
+            if problem:
+                _unlink_files(msg.outputs)
+                return P.Verdict(False, Status.REJECTED.value, problem)
+        # One set's outputs on the device at a time (a large task's outputs would not all fit), but
+        # the first two fresh sets' are kept together for the constant-output check, which comes first.
+        fresh_idx = [i for i, s in enumerate(sets) if s.scale is None][:2]
         try:
-            for s, files in zip(sets, msg.outputs):
-                if len(files) != len(specs):
-                    return P.Verdict(False, Status.REJECTED.value, f"returned {len(files)} outputs, expected {len(specs)}")
-                outs = []
-                for j, (f, spec) in enumerate(zip(files, specs)):
-                    if tuple(f.shape) != tuple(spec.shape) or f.dtype != spec.dtype:
-                        return P.Verdict(False, Status.REJECTED.value,
-                                         f"output {j} is {f.dtype} {tuple(f.shape)}, expected {spec.dtype} {tuple(spec.shape)}")
-                    if not isinstance(f, TensorFile) and not msg.allow_ipc:
-                        return P.Verdict(False, Status.REJECTED.value,
-                                         "the candidate's process sent a device handle where a file was expected")
-                    if isinstance(f, TensorFile) and f.numel != _numel(spec.shape):
-                        return P.Verdict(False, Status.REJECTED.value, f"output {j} has the wrong size")
-                    if not isinstance(f, TensorFile) and f.nbytes != _numel(spec.shape) * _itemsize(spec.dtype):
-                        return P.Verdict(False, Status.REJECTED.value, f"output {j} has the wrong size")
-                    outs.append(read_output(f, self.device))
-                received.append(outs)
-        finally:
-            for files in msg.outputs:
-                for f in files:
-                    if isinstance(f, TensorFile):
-                        try:
-                            os.unlink(f.path)
-                        except OSError:
-                            pass
-        # Constant output: identical answers for different inputs whose references differ.
-        fresh_idx = [i for i, s in enumerate(sets) if s.scale is None]
-        for a in range(len(fresh_idx)):
-            for b in range(a + 1, len(fresh_idx)):
-                i, k = fresh_idx[a], fresh_idx[b]
+            held = {i: self._read(msg.outputs[i]) for i in fresh_idx}
+            if len(fresh_idx) == 2:
+                (i, k), (a, b) = fresh_idx, (held[fresh_idx[0]], held[fresh_idx[1]])
                 for j in range(len(specs)):
-                    oi, ok_ = received[i][j], received[k][j]
-                    if oi.numel() > 1 and torch.equal(oi, ok_) and not torch.equal(refs[sets[i].label][j], refs[sets[k].label][j]):
-                        if not bool(torch.isnan(oi).any()):
-                            return P.Verdict(False, Status.REJECTED.value,
-                                             f"constant output: output {j} is identical for different inputs "
-                                             f"({sets[i].label}, {sets[k].label}) while the reference changes")
-        for s, outs in zip(sets, received):
-            for j, out in enumerate(outs):
-                if fast_match(out, refs[s.label][j], atol, rtol):
-                    continue            # one fused pass says compare() would pass it
-                reason = compare(out, refs[s.label][j], atol, rtol)
-                if reason:
-                    label = s.label if s.scale is None else f"{s.label} (inputs scaled by {s.scale:g})"
-                    status = Status.WRONG.value
-                    return P.Verdict(False, status, f"wrong on input set {label}, output {j}: {reason}",
-                                     {"set": s.label, "output": j})
+                    if a[j].numel() > 1 and torch.equal(a[j], b[j]) and not bool(torch.isnan(a[j]).any()) \
+                            and not torch.equal(self.reference(refs, sets[i])[j], self.reference(refs, sets[k])[j]):
+                        return P.Verdict(False, Status.REJECTED.value,
+                                         f"constant output: output {j} is identical for different inputs "
+                                         f"({sets[i].label}, {sets[k].label}) while the reference changes")
+            for n, (s, files) in enumerate(zip(sets, msg.outputs)):
+                outs = held.pop(n) if n in held else self._read(files)
+                ref = self.reference(refs, s)
+                for j, out in enumerate(outs):
+                    if fast_match(out, ref[j], atol, rtol):
+                        continue            # one fused pass says compare() would pass it
+                    reason = compare(out, ref[j], atol, rtol)
+                    if reason:
+                        label = s.label if s.scale is None else f"{s.label} (inputs scaled by {s.scale:g})"
+                        return P.Verdict(False, Status.WRONG.value, f"wrong on input set {label}, output {j}: {reason}",
+                                         {"set": s.label, "output": j})
+                del outs, ref
+        finally:
+            _unlink_files(msg.outputs)
         return P.Verdict(True)
+
+    def _check_files(self, files, specs, allow_ipc: bool) -> str:
+        """Why a set's output descriptions cannot be the reference's outputs ("" when they can)."""
+        from .protocol import TensorFile
+
+        if len(files) != len(specs):
+            return f"returned {len(files)} outputs, expected {len(specs)}"
+        for j, (f, spec) in enumerate(zip(files, specs)):
+            if tuple(f.shape) != tuple(spec.shape) or f.dtype != spec.dtype:
+                return f"output {j} is {f.dtype} {tuple(f.shape)}, expected {spec.dtype} {tuple(spec.shape)}"
+            if not isinstance(f, TensorFile) and not allow_ipc:
+                return "the candidate's process sent a device handle where a file was expected"
+            if isinstance(f, TensorFile) and f.numel != _numel(spec.shape):
+                return f"output {j} has the wrong size"
+            if not isinstance(f, TensorFile) and f.nbytes != _numel(spec.shape) * _itemsize(spec.dtype):
+                return f"output {j} has the wrong size"
+        return ""
+
+    def _read(self, files) -> list:
+        from .channel import read_output
+
+        return [read_output(f, self.device) for f in files]
 
     def release(self, msg: P.Release) -> P.Verdict:
         self.bundles.pop(msg.bundle_id, None)
@@ -226,16 +274,20 @@ def judge_main(conn, device_index: int, scratch: str) -> None:
         conn.send(P.Failure(Status.CRASHED.value, f"judge failed to start: {type(exc).__name__}: {exc}", fatal=True))
         os._exit(70)
     handlers = {P.SetTask: judge.set_task, P.Prepare: judge.prepare, P.Judge: judge.judge, P.Release: judge.release}
+    profiler = RequestProfiler("judge")
     while True:
         try:
             msg = conn.recv()
         except (EOFError, OSError):
+            profiler.dump()
             os._exit(0)
         if isinstance(msg, P.Shutdown):
+            profiler.dump()
             os._exit(0)
         try:
-            reply = handlers[type(msg)](msg)
-            judge.torch.cuda.synchronize()
+            with profiler:
+                reply = handlers[type(msg)](msg)
+                judge.torch.cuda.synchronize()
             conn.send(reply)
         except BaseException as exc:
             conn.send(P.Failure(Status.CRASHED.value, f"judge error: {type(exc).__name__}: {exc}", fatal=False,

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import protocol as P
+from .profiling import RequestProfiler
 from .results import Status
 
 FATAL_EXIT = 70
@@ -284,18 +285,23 @@ class Runner:
                 baseline += e.samples_ms
                 mismatched += c.mismatched_reps
             bound.raise_violations()
-        unseen_samples, unseen_outputs = self._time_unseen(msg.bundle, bound, live_tensors, run.gate_us,
-                                                           msg.tolerance)
-        outputs = tuple(tuple(write_output(self.scratch, self.exporter, o, f"t{k}o{j}") for j, o in enumerate(outs))
-                        for k, outs in enumerate([*run.first_outputs, *unseen_outputs]))
+        def hand_over(outs, k: int) -> tuple:
+            return tuple(write_output(self.scratch, self.exporter, o, f"t{k}o{j}") for j, o in enumerate(outs))
+
+        outputs = [hand_over(outs, k) for k, outs in enumerate(run.first_outputs)]
+        del run.first_outputs[:]
+        unseen_samples = self._time_unseen(msg.bundle, bound, live_tensors, run.gate_us, msg.tolerance,
+                                           lambda outs: outputs.append(hand_over(outs, len(outputs))))
+        outputs = tuple(outputs)
         return P.TimeDone(samples, run.stray_ms, outputs, mismatched, time.perf_counter() - t0,
                           baseline_samples_ms=baseline, notes=_gate_notes(run), unseen_samples_ms=unseen_samples)
 
-    def _time_unseen(self, bundle: P.Bundle, bound, live_tensors, gate_us: float, tolerance):
-        """One timed call on each of the bundle's unseen input sets, drawn only now, one at a time:
-        (times, outputs). The candidate has met none of them before, so it cannot answer from memory."""
+    def _time_unseen(self, bundle: P.Bundle, bound, live_tensors, gate_us: float, tolerance, hand_over) -> list[float]:
+        """One timed call on each of the bundle's unseen input sets, drawn only now, one at a time;
+        each call's outputs go to `hand_over` at once (a large task's would not all fit). The
+        candidate has met none of these inputs before, so it cannot answer from memory."""
         torch = self.torch
-        samples, outputs = [], []
+        samples = []
         for s in bundle.unseen_sets:
             inputs = self.task.make_inputs(s.input_seed, self.device)    # weights: the timing sets' model seed
             source = [x for x in inputs if isinstance(x, torch.Tensor)]
@@ -303,10 +309,10 @@ class Runner:
                                else None, release_outputs=not bound.fixed_outputs, tolerance=tolerance, reps=1,
                                warmup=False, gate_us=gate_us)
             samples += u.samples_ms
-            outputs.append(u.first_outputs[0])
-            del inputs, source
+            hand_over(u.first_outputs[0])
+            del inputs, source, u
         bound.raise_violations()
-        return samples, outputs
+        return samples
 
     def time_baseline(self, msg: P.TimeBaseline) -> P.TimeDone:
         t0 = time.perf_counter()
@@ -646,12 +652,15 @@ def runner_main(conn, device_index: int, role: str, scratch: str) -> None:
         P.Interleave: runner.time, P.TimeBaseline: runner.time_baseline,
         P.MeasureCeilings: runner.ceilings,
     }
+    profiler = RequestProfiler(f"runner-{role}")
     while True:
         try:
             msg = conn.recv()
         except (EOFError, OSError):
+            profiler.dump()
             os._exit(0)
         if isinstance(msg, P.Shutdown):
+            profiler.dump()
             os._exit(0)
         if isinstance(msg, P.Activate):
             try:
@@ -662,9 +671,10 @@ def runner_main(conn, device_index: int, role: str, scratch: str) -> None:
                 os._exit(FATAL_EXIT)
             continue
         try:
-            runner.exporter.release()      # the judge has read the previous request's outputs
-            reply = handlers[type(msg)](msg)
-            runner.torch.cuda.synchronize()
+            with profiler:
+                runner.exporter.release()      # the judge has read the previous request's outputs
+                reply = handlers[type(msg)](msg)
+                runner.torch.cuda.synchronize()
             conn.send(reply)
         except CandidateFailure as exc:
             fatal = exc.fatal
