@@ -45,6 +45,7 @@ class Judge:
         self.tolerance = (1e-4, 1e-4)
         self.reference_dtype = "float64"
         self.bundles: dict[int, dict[str, Any]] = {}
+        self.computed_again = False     # the last judge() computed references it had not kept
         self.next_id = 1
 
     # ---- task ----------------------------------------------------------------------------------
@@ -171,7 +172,10 @@ class Judge:
     def reference(self, refs: dict[str, list | None], s: P.InputSet) -> list:
         """The set's kept references, or ones computed now (and not kept)."""
         kept = refs[s.label]
-        return kept if kept is not None else self.reference_for(s)[0]
+        if kept is not None:
+            return kept
+        self.computed_again = True
+        return self.reference_for(s)[0]
 
     def judge(self, msg: P.Judge) -> P.Verdict:
         from .compare import compare, fast_match
@@ -195,6 +199,7 @@ class Judge:
         # One set's outputs on the device at a time (a large task's outputs would not all fit), but
         # the first two fresh sets' are kept together for the constant-output check, which comes first.
         fresh_idx = [i for i, s in enumerate(sets) if s.scale is None][:2]
+        self.computed_again = False
         try:
             held = {i: self._read(msg.outputs[i]) for i in fresh_idx}
             if len(fresh_idx) == 2:
@@ -219,6 +224,10 @@ class Judge:
                 del outs, ref
         finally:
             _unlink_files(msg.outputs)
+            if self.computed_again:
+                # Large references were computed and dropped: hand their memory back, since the
+                # candidate's process allocates from the same GPU.
+                torch.cuda.empty_cache()
         return P.Verdict(True)
 
     def _check_files(self, files, specs, allow_ipc: bool) -> str:

@@ -450,6 +450,8 @@ class BoundProgram:
             tensors[name] = value
             env[name] = TensorInfo(tuple(value.shape), str(value.dtype).removeprefix("torch."))
         free, total = torch.cuda.mem_get_info(runner.device)
+        # Memory this process holds cached but unused is free to it as well.
+        free += torch.cuda.memory_reserved(runner.device) - torch.cuda.memory_allocated(runner.device)
         gpu = runner.gpu
         limits = LaunchLimits(max_shared_bytes=gpu["shared_per_block_optin"], max_buffer_bytes=total)
         try:
