@@ -342,3 +342,36 @@ def test_judge_names_constant_output_before_comparing_values(tmp_path):
     verdict = judge.judge(P.Judge(bundle.id, "check", bad))
     assert verdict.status == "rejected" and "expected float32 (64, 32)" in verdict.reason, verdict.reason
     assert not list(tmp_path.iterdir())
+
+
+def test_evaluator_withdraws_the_very_compile_it_prepared():
+    """Evaluator.withdraw must name the compile prepare() queued: same source, arch and options."""
+    import threading
+    import types
+
+    from core.evaluation.evaluator import Evaluator
+    from core.program import load_solution
+
+    calls: dict[str, dict] = {}
+
+    class RecordingPool:
+        def compile(self, source, **kw):
+            calls["compile"] = {"source": source, **kw}
+            return types.SimpleNamespace(ok=False, status="error", log="", seconds=0.0, cached=False,
+                                         error_summary=lambda: "recorded")
+
+        def withdraw(self, source, **kw):
+            calls["withdraw"] = {"source": source, **kw}
+            return True
+
+    class StandIn(Evaluator):
+        gpu = {"arch": "sm_80"}                  # no GPU here: the arch prepare() compiles for
+
+    ev = StandIn.__new__(StandIn)
+    ev._pool, ev._lock = RecordingPool(), threading.Lock()
+    program = load_solution(Path(__file__).resolve().parents[1] / "resources" / "programs" / "act_gelu.json")
+    ev.prepare(program, speculative=True)
+    assert ev.withdraw(program)
+    compiled = dict(calls["compile"])
+    assert compiled.pop("speculative") is True
+    assert calls["withdraw"] == compiled and compiled["arch"] == "sm_80"

@@ -266,6 +266,55 @@ def test_compile_ahead_prepares_legal_candidates_without_changing_the_search(tas
     assert runs[0] == runs[1]
 
 
+class QueuedPool(PreparingPool):
+    """prepare() blocks as a compile stuck behind busy workers would, until withdrawn."""
+
+    def __init__(self, pool, delay):
+        super().__init__(pool, delay)
+        self.waiting: dict[tuple, threading.Event] = {}
+        self.withdrawn: list[tuple] = []
+
+    def prepare(self, candidate, speculative=False):
+        key = tuple(sorted(candidate.schedule.items()))
+        with self.lock:
+            self.prepared.append(dict(candidate.schedule))
+            event = self.waiting.setdefault(key, threading.Event())
+        event.wait(20)
+
+    def withdraw(self, candidate):
+        key = tuple(sorted(candidate.schedule.items()))
+        with self.lock:
+            event = self.waiting.pop(key, None)
+            if event is None:
+                return False
+            self.withdrawn.append(key)
+        event.set()
+        return True
+
+    def release_all(self):
+        with self.lock:
+            for event in self.waiting.values():
+                event.set()
+
+
+def test_stale_predictions_are_withdrawn_from_the_compile_queue(task, record, tmp_path):
+    """PPO's predictions beyond the next step depend on measurements not made yet, so some go stale;
+    their compiles must leave the queue instead of holding the compile workers."""
+    opt, project, _, events = make(task, record, tmp_path, "ppo", budget=Budget(evaluations=12))
+    opt.pool = QueuedPool(opt.pool.pool, 0.01)
+    opt.compile_ahead = 3
+    start = time.perf_counter()
+    try:
+        summary = opt.run()
+    finally:
+        opt.pool.release_all()
+        project.close()
+    assert summary.evaluations == 12 and time.perf_counter() - start < 15
+    assert opt.pool.withdrawn, "no stale prediction was withdrawn"
+    predicted = {tuple(sorted(s.items())) for s in opt.pool.prepared}
+    assert set(opt.pool.withdrawn) <= predicted
+
+
 @pytest.mark.parametrize("ahead", [1, 2, 3])
 def test_compile_ahead_predicts_random_search_exactly(task, record, tmp_path, ahead):
     """Random search's choice ignores times, so the predictions (moves drawn in a row with a copy of

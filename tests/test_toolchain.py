@@ -681,3 +681,22 @@ def test_pool_moves_a_speculative_compile_to_the_front_when_someone_asks_for_it(
         assert not ahead[1].done()
         assert busy.result().ok and all(f.result().ok for f in ahead)      # each compiled once, all answered
         assert pool.submit("sleep:0.6#ahead2", speculative=True) is not joined    # done jobs are forgotten
+
+
+def test_pool_withdraws_a_queued_speculative_compile_but_not_one_someone_waits_for(fake_compilers):
+    with CompilePool(workers=1, timeout=20.0, cache=None, compile_fn=fake_compilers) as pool:
+        pool.compile("warm")
+        busy = pool.submit("sleep:0.4#busy", speculative=True)
+        stale = pool.submit("sleep:0.6#stale", speculative=True)
+        wanted = pool.submit("sleep:0.1#wanted", speculative=True)
+        time.sleep(0.1)                                             # `busy` is compiling: taken
+        assert not pool.withdraw("sleep:0.4#busy")                 # started: runs to the end
+        assert pool.submit("sleep:0.1#wanted") is wanted            # now the loop waits for it
+        assert not pool.withdraw("sleep:0.1#wanted")
+        start = time.perf_counter()
+        assert pool.withdraw("sleep:0.6#stale") and stale.cancelled()
+        assert not pool.withdraw("sleep:0.6#stale")                 # gone
+        assert wanted.result().ok and busy.result().ok
+        assert time.perf_counter() - start < 0.9
+        again = pool.submit("sleep:0.6#stale", speculative=True)    # predicted again: compiled anew
+        assert again.result().ok

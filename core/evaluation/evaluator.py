@@ -195,6 +195,16 @@ class Evaluator:
 
     # ---- candidates ----------------------------------------------------------------------------
 
+    def withdraw(self, candidate: Any) -> bool:
+        """Cancel a speculative compile of `candidate` still queued (compile-ahead's prediction that
+        went stale). True when one was cancelled; a later prepare or evaluate compiles it anew."""
+        from core.program import KernelProgram
+
+        if not isinstance(candidate, KernelProgram) or self._pool is None:
+            return False
+        options = list(candidate.compile_options()) + ["--ptxas-options=-v"]
+        return self._pool.withdraw(candidate.source, arch=self.gpu.get("arch", "sm_90"), options=options)
+
     def prepare(self, candidate: Any, speculative: bool = False
                 ) -> tuple[P.Artifact | None, EvalResult | None, dict[str, Any]]:
         """Validate and compile; returns (artifact, None, info) or (None, failed result, info).

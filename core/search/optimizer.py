@@ -90,6 +90,7 @@ class Optimizer:
         self._compiler: ThreadPoolExecutor | None = None
         self._measurer: ThreadPoolExecutor | None = None
         self._ahead: dict[str, Future] = {}
+        self._ahead_candidates: dict[str, Any] = {}   # hash -> the candidate being compiled ahead
         self._prepared: set[str] = set()
         self._assumed_known: set[str] = set()       # while predicting: the candidates predicted before
 
@@ -550,15 +551,31 @@ class Optimizer:
             self._compiler = ThreadPoolExecutor(max(1, self.compile_ahead), thread_name_prefix="compile-ahead")
         wanted = {self._hash(schedule): schedule for schedule in schedules}
         for h, future in list(self._ahead.items()):
-            if h not in wanted and future.cancel():     # predicted earlier, no longer, not started
+            if h in wanted:
+                continue
+            # Predicted earlier, no longer: cancel it if not started here, or withdraw its compile
+            # if it still waits in the compile queue, so it does not hold a worker.
+            if future.cancel() or self._withdraw(self._ahead_candidates.get(h)):
                 self._prepared.discard(h)
                 del self._ahead[h]
         for h, schedule in wanted.items():
             if h in self._by_hash or h in self._prepared:
                 continue
             self._prepared.add(h)
-            self._ahead[h] = self._compiler.submit(self._prepare_quietly, self.program.with_schedule(schedule))
+            candidate = self.program.with_schedule(schedule)
+            self._ahead_candidates[h] = candidate
+            self._ahead[h] = self._compiler.submit(self._prepare_quietly, candidate)
         self._ahead = {h: f for h, f in self._ahead.items() if not f.done()}
+        self._ahead_candidates = {h: c for h, c in self._ahead_candidates.items() if h in self._ahead}
+
+    def _withdraw(self, candidate: Any) -> bool:
+        withdraw = getattr(self.pool, "withdraw", None)
+        if candidate is None or withdraw is None:
+            return False
+        try:
+            return bool(withdraw(candidate))
+        except Exception:
+            return False
 
     def _prepare_quietly(self, candidate: Any) -> None:
         try:

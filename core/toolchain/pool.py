@@ -257,6 +257,19 @@ class CompilePool:
             self._jobs.put((_SPECULATIVE if speculative else _URGENT, next(self._sequence), job))
         return future
 
+    def withdraw(self, source: str, *, arch: str = "sm_90", options: Iterable[str] = (),
+                 filename: str = "kernel.cu") -> bool:
+        """Cancel a queued speculative compile of this source that nobody waits for (a prediction
+        that went stale), so it does not hold a worker. True when one was cancelled."""
+        options = list(options)
+        extra = "" if self.compile_fn == DEFAULT_COMPILE_FN else self.compile_fn
+        key = compile_key_for(source, arch=arch, options=options, filename=filename, extra=extra)
+        with self._lock:
+            job = self._inflight.get(key)
+            if job is None or not job.speculative or job.taken:
+                return False
+            return job.future.cancel()     # the dispatcher skips it; _forget drops it from _inflight
+
     def _forget(self, key: str, future: Future) -> None:
         # No lock: close() cancels futures while holding it, which runs this callback.
         job = self._inflight.get(key)
