@@ -447,6 +447,14 @@ class MainWindow(QMainWindow):
                 self.log(f"Policy update {e.updates}: " + ", ".join(f"{k}={v:.3g}" for k, v in e.metrics.items()))
             elif isinstance(e, run_events.RunError):
                 self.log(f"Run error: {e.message}", "error")
+            elif isinstance(e, run_events.BestConfirmed):
+                if e.reason:
+                    self.log(f"Best candidate {e.candidate_id} could not be re-measured against eager: {e.reason}",
+                             "warning")
+                else:
+                    self.log(f"Best candidate {e.candidate_id} re-measured in {e.rounds} rounds interleaved with "
+                             f"eager: {e.median_ms * 1e3:.1f} us against {e.eager_ms * 1e3:.1f} us, "
+                             f"{e.speedup_eager:.2f}x eager", "ok")
 
     def _run_finished(self, summary) -> None:
         counts = ", ".join(f"{k} {v}" for k, v in summary.counts.items())

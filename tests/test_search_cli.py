@@ -35,3 +35,30 @@ def test_run_reports_a_missing_program(tmp_path, capsys):
                   "--program", str(tmp_path / "missing.json"), "--replay", "x"])
     assert args.func(args) == EXIT_BAD_INPUT
     assert "missing.json does not exist" in capsys.readouterr().err
+
+
+def test_the_final_table_shows_both_speed_ups_and_the_floor(tmp_path):
+    from rich.console import Console
+
+    from core.project import CandidateRecord
+    from core.search.cli import best_table
+
+    measured = CandidateRecord(id=7, origin="ppo:set VEC=4", schedule={"BLOCK": 256, "VEC": 4},
+                               measurement={"timing": {"median_ms": 0.125}, "speedup_eager": 2.5,
+                                            "speedup_compile": 1.25, "roofline_fraction": 0.93})
+    no_baselines = CandidateRecord(id=8, origin="user", schedule={"BLOCK": 128},
+                                   measurement={"timing": {"median_ms": 0.25}})
+    console = Console(record=True, width=200)
+    console.print(best_table([measured, no_baselines]))
+    text = console.export_text()
+    for cell in ("vs eager", "vs compile", "of floor", "0.1250 ms", "2.50x", "1.25x", "93%", "BLOCK=256 VEC=4"):
+        assert cell in text, cell
+    row = next(line for line in text.splitlines() if "0.2500 ms" in line)
+    assert row.count(" - ") >= 3                         # no baselines, no floor: dashes, not zeros
+
+
+def test_run_refuses_negative_confirm_rounds(tmp_path, capsys):
+    args = parse(["run", str(TASK_PATH), "--project", str(tmp_path / "p.cuagent"), "--replay", "x",
+                  "--confirm-rounds", "-1"])
+    assert args.func(args) == EXIT_BAD_INPUT
+    assert "confirm-rounds must be 0" in capsys.readouterr().err

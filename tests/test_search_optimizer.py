@@ -421,3 +421,78 @@ def test_a_one_edit_policy_sees_no_evaluate_action(task, record, tmp_path):
     opt.run()
     assert masks and set(masks) == {len(opt.space.actions)}
     project.close()
+
+
+class RemeasuringPool(SlowPool):
+    """Also has remeasure(), like core.evaluation.Evaluator: times a candidate interleaved with eager."""
+
+    def __init__(self, pool, answer):
+        super().__init__(pool, 0.0)
+        self.answer, self.remeasured = answer, []
+
+    def remeasure(self, candidate, rounds):
+        self.remeasured.append((candidate.content_hash(), rounds))
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+
+def test_the_best_is_re_measured_interleaved_with_eager_after_the_last_candidate(task, record, tmp_path):
+    from core.evaluation.results import Timing
+
+    from core.search.events import BestConfirmed
+
+    answer = (Timing.from_samples([0.10, 0.11, 0.12]), Timing.from_samples([0.30, 0.31, 0.33]))
+    opt, project, _, events = make(task, record, tmp_path, "random", Budget(evaluations=6), confirm_rounds=7)
+    opt.pool = RemeasuringPool(opt.pool.pool, answer)
+    opt.confirm_rounds = 7
+    summary = opt.run()
+    best = project.candidate(summary.best_candidate_id)
+    assert opt.pool.remeasured == [(best.candidate_hash, 7)]       # once, the run's best, 7 rounds
+    confirmed = [e for e in events if isinstance(e, BestConfirmed)]
+    assert len(confirmed) == 1 and isinstance(events[-1], Finished)
+    assert events.index(confirmed[0]) == len(events) - 2           # after every verdict, before Finished
+    e = confirmed[0]
+    assert e.candidate_id == best.id and e.median_ms == pytest.approx(0.11) and e.eager_ms == pytest.approx(0.31)
+    assert e.speedup_eager == pytest.approx(0.31 / 0.11) and not e.reason
+    assert best.extra["interleaved"]["speedup_eager"] == pytest.approx(0.31 / 0.11)
+    assert summary.best_ms == best.median_ms                        # the recorded time stands
+    project.close()
+
+
+@pytest.mark.parametrize("answer", ["failed", "raises"])
+def test_a_failed_re_measure_of_the_best_is_reported_and_the_run_stands(task, record, tmp_path, answer):
+    from core.evaluation.results import EvalResult, Status
+
+    from core.search.events import BestConfirmed
+
+    reply = (EvalResult(Status.CRASHED, "the evaluator process died") if answer == "failed"
+             else RuntimeError("no GPU left"))
+    opt, project, _, events = make(task, record, tmp_path, "random", Budget(evaluations=4))
+    opt.pool = RemeasuringPool(opt.pool.pool, reply)
+    opt.confirm_rounds = 5
+    summary = opt.run()
+    assert summary.reason == "evaluations" and summary.best_candidate_id is not None
+    (e,) = [e for e in events if isinstance(e, BestConfirmed)]
+    assert e.median_ms is None and ("the evaluator process died" in e.reason or "no GPU left" in e.reason)
+    assert project.candidate(e.candidate_id).extra["interleaved"]["reason"] == e.reason
+    project.close()
+
+
+def test_no_re_measure_without_a_pool_that_can_or_when_turned_off(task, record, tmp_path):
+    from core.search.events import BestConfirmed
+
+    opt, project, _, events = make(task, record, tmp_path, "random", Budget(evaluations=4), confirm_rounds=20)
+    assert opt.confirm_rounds == 0                       # a replay pool has no remeasure()
+    opt.run()
+    assert not [e for e in events if isinstance(e, BestConfirmed)]
+    project.close()
+    pool = RemeasuringPool(ReplayPool.from_files([record]), None)
+    program = search_program()
+    space = ScheduleSpace.from_program(program, task)
+    project = Project.create(tmp_path / "off.cuagent", task)
+    opt = Optimizer(task, program, pool, project, make_policy("random", space, feature_size(space, task), seed=1),
+                    Budget(evaluations=4), space=space, confirm_rounds=0)
+    opt.run()
+    assert pool.remeasured == []
+    project.close()

@@ -252,6 +252,10 @@ def test_markdown_on_known_numbers():
             "floor over 2 |") in lines
     assert "- c|d: Task 'c|d': no code generator lowers 'mm.default'." in lines
     assert "Replayed" not in text and "Interrupted" not in text
+    assert "interleaved" not in text                 # no best was re-measured (a replay, or confirm off)
+    rows[1].interleaved_speedup = 1.9
+    lines = markdown(report).splitlines()
+    assert "- b: 1.90x eager" in lines and not any(line.startswith("- a: ") for line in lines)
 
 
 def test_short_reasons():

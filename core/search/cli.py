@@ -52,6 +52,9 @@ def add_run_parser(sub: Any) -> None:
     p.add_argument("--compile-ahead", type=int, default=RunConfig.compile_ahead, metavar="N",
                    help=f"candidates predicted and compiled while the GPU measures (default {RunConfig.compile_ahead}; "
                         "0: off)")
+    p.add_argument("--confirm-rounds", type=int, default=RunConfig.confirm_rounds, metavar="N",
+                   help="after the last candidate, re-measure the best in N rounds interleaved with eager "
+                        f"(default {RunConfig.confirm_rounds}; 0: off; GPU runs only)")
     p.set_defaults(func=cmd_run)
 
 
@@ -444,7 +447,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = RunConfig(task=args.task, project=args.project, program=args.program, policy=args.policy,
                        budget=args.budget, seconds=args.seconds, episode=args.episode, seed=args.seed,
                        replay=list(args.replay), skip_unrecorded=args.skip_unrecorded, device=args.device,
-                       weights=args.weights, compile_ahead=args.compile_ahead)
+                       weights=args.weights, compile_ahead=args.compile_ahead,
+                       confirm_rounds=args.confirm_rounds)
     status = console.status("starting the evaluator and measuring baselines...")
 
     def starting(text: str) -> None:
@@ -467,7 +471,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run(opt: Any, args: argparse.Namespace) -> int:
-    from .events import CandidateEvaluated, NewBest, PolicyUpdated, RunError
+    from .events import BestConfirmed, CandidateEvaluated, NewBest, PolicyUpdated, RunError
 
     summary: list[Any] = []
     failure: list[BaseException] = []
@@ -486,7 +490,10 @@ def _run(opt: Any, args: argparse.Namespace) -> int:
                                        + ", ".join(f"{k}={v:.3g}" for k, v in event.metrics.items()) + "[/dim]")
             elif isinstance(event, RunError):
                 progress.console.print(f"[red]run error:[/red] {event.message}")
+            elif isinstance(event, BestConfirmed):
+                confirmed.append(event)
 
+        confirmed: list[Any] = []
         opt.observers.append(observer)
 
         done = threading.Event()
@@ -513,12 +520,29 @@ def _run(opt: Any, args: argparse.Namespace) -> int:
     s = summary[0]
     console.print(f"run {s.run_id} finished ({s.reason}): {s.evaluations} evaluations, "
                   + ", ".join(f"{k} {v}" for k, v in s.counts.items()))
-    table = Table(title="fastest candidates", header_style="bold")
-    for col in ("id", "branch", "schedule", "median", "vs eager", "origin"):
-        table.add_column(col)
-    for rec in opt.project.best(5):
-        speedup = (rec.measurement or {}).get("speedup_eager")
-        table.add_row(str(rec.id), str(rec.branch_id), " ".join(f"{k}={v}" for k, v in rec.schedule.items()),
-                      f"{rec.median_ms:.4f} ms", f"{speedup:.2f}x" if speedup else "-", rec.origin)
-    console.print(table)
+    console.print(best_table(opt.project.best(5)))
+    for event in confirmed:
+        if event.reason:
+            console.print(f"best #{event.candidate_id} could not be re-measured against eager: {event.reason}")
+        else:
+            console.print(f"best #{event.candidate_id} re-measured in {event.rounds} rounds interleaved with eager: "
+                          f"{event.median_ms:.4f} ms against {event.eager_ms:.4f} ms, "
+                          f"{event.speedup_eager:.2f}x eager")
     return EXIT_OK
+
+
+def best_table(records: list[Any]) -> Any:
+    """The final table of a run: time, speed-ups over both baselines, and the roofline floor's share."""
+    def ratio(value: Any, fmt: str) -> str:
+        return fmt.format(value) if isinstance(value, (int, float)) else "-"
+
+    table = Table(title="fastest candidates", header_style="bold")
+    for col in ("id", "branch", "schedule", "median", "vs eager", "vs compile", "of floor", "origin"):
+        table.add_column(col)
+    for rec in records:
+        m = rec.measurement or {}
+        table.add_row(str(rec.id), str(rec.branch_id), " ".join(f"{k}={v}" for k, v in rec.schedule.items()),
+                      f"{rec.median_ms:.4f} ms", ratio(m.get("speedup_eager"), "{:.2f}x"),
+                      ratio(m.get("speedup_compile"), "{:.2f}x"), ratio(m.get("roofline_fraction"), "{:.0%}"),
+                      rec.origin)
+    return table

@@ -47,6 +47,22 @@ class NewBest:
 
 
 @dataclass(frozen=True)
+class BestConfirmed:
+    """The run's best re-measured interleaved with eager (DESIGN section 4), after the last candidate:
+    a speed-up measured in one window, free of drift between the baseline's session and now."""
+
+    candidate_id: int
+    rounds: int
+    median_ms: float | None       # the candidate's median over the interleaved rounds
+    eager_ms: float | None        # eager's median over the same rounds
+    reason: str = ""              # why the re-measure failed ("" when it ran)
+
+    @property
+    def speedup_eager(self) -> float | None:
+        return self.eager_ms / self.median_ms if self.median_ms and self.eager_ms else None
+
+
+@dataclass(frozen=True)
 class PolicyUpdated:
     policy: str
     updates: int
@@ -84,6 +100,6 @@ class RunError:
     message: str
 
 
-Event = (RunStarted | CandidateProposed | CandidateEvaluated | NewBest | PolicyUpdated | Paused | Resumed | Forked
-         | Finished | RunError)
+Event = (RunStarted | CandidateProposed | CandidateEvaluated | NewBest | BestConfirmed | PolicyUpdated | Paused | Resumed
+         | Forked | Finished | RunError)
 Observer = Callable[[Any], None]

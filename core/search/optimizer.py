@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable
 
 from core.project import CandidateRecord
 
-from .events import (CandidateEvaluated, CandidateProposed, Finished, Forked, NewBest, Paused, PolicyUpdated,
+from .events import (BestConfirmed, CandidateEvaluated, CandidateProposed, Finished, Forked, NewBest, Paused, PolicyUpdated,
                      Resumed, RunError, RunStarted)
 from .features import action_features, state_vector
 from .policies.base import Policy, SearchState, Transition
@@ -65,7 +65,8 @@ class Optimizer:
                  episode_length: int = 8, update_every: int = 16, seed: int = 0,
                  reward: RewardConfig | None = None, unrecorded: str = "penalise",
                  space: ScheduleSpace | None = None, gpu: dict[str, Any] | None = None,
-                 max_idle_episodes: int = 50, resume: bool = True, compile_ahead: int = 0):
+                 max_idle_episodes: int = 50, resume: bool = True, compile_ahead: int = 0,
+                 confirm_rounds: int = 0):
         if unrecorded not in ("penalise", "skip", "mask"):
             raise ValueError("unrecorded must be 'penalise', 'skip' or 'mask'")
         self.task, self.program, self.pool, self.project, self.policy = task, program, pool, project, policy
@@ -87,6 +88,9 @@ class Optimizer:
         # workers through pool.prepare (the Evaluator's compile step, which fills the compile cache
         # and joins a compile already in flight), so the next evaluation finds its cubin ready.
         self.compile_ahead = compile_ahead if hasattr(pool, "prepare") else 0
+        # After the last candidate, the best is re-measured in `confirm_rounds` rounds interleaved
+        # with eager (pools that can: the GPU evaluator); 0: not.
+        self.confirm_rounds = confirm_rounds if hasattr(pool, "remeasure") else 0
         self._compiler: ThreadPoolExecutor | None = None
         self._measurer: ThreadPoolExecutor | None = None
         self._ahead: dict[str, Future] = {}
@@ -175,10 +179,38 @@ class Optimizer:
             raise
         finally:
             self._close_compiler()
+        self._confirm_best()
         self.project.run_stopped(clean=True)
         self._emit(Finished(reason, self.evaluations, self.best_id, self.best_ms))
         return RunSummary(run.id, reason, self.evaluations, self.steps, self.best_id, self.best_ms,
                           self.project.counts_by_status())
+
+    def _confirm_best(self) -> None:
+        """Re-measure the best program interleaved with eager; the numbers go into its record's
+        extra["interleaved"] and a BestConfirmed event. Its recorded time and the rewards stay."""
+        if self.confirm_rounds <= 0 or self.best_id is None:
+            return
+        rec = self.project.candidate(self.best_id)
+        if rec is None or rec.kind != "program" or not rec.program:
+            return
+        from core.program import KernelProgram
+
+        try:
+            out = self.pool.remeasure(KernelProgram.from_json(rec.program), rounds=self.confirm_rounds)
+        except Exception as exc:     # the run's results stand without it
+            out = None
+            reason = f"{type(exc).__name__}: {exc}"
+        if isinstance(out, tuple):
+            cand, eager = out
+            event = BestConfirmed(rec.id, self.confirm_rounds, cand.median_ms, eager.median_ms)
+        else:
+            reason = reason if out is None else f"{out.status.value}: {out.reason}"
+            event = BestConfirmed(rec.id, self.confirm_rounds, None, None, reason)
+        extra = dict(rec.extra)
+        extra["interleaved"] = {"rounds": event.rounds, "median_ms": event.median_ms, "eager_ms": event.eager_ms,
+                                "speedup_eager": event.speedup_eager, "reason": event.reason}
+        self.project.update_candidate(rec.id, extra=extra)
+        self._emit(event)
 
     def _unfinished_run(self) -> int | None:
         from core.project import run_may_be_live

@@ -38,6 +38,7 @@ class RunConfig:
     device: int = 0
     weights: str | Path | None = None       # PPO weights to start from (default: the shipped pretrained ones)
     compile_ahead: int = 6                  # predicted next candidates compiled while the GPU measures (0: off)
+    confirm_rounds: int = 20                # the best re-measured interleaved with eager at the end (0: off)
 
 
 @dataclass
@@ -92,6 +93,8 @@ def open_run(config: RunConfig, observers: list[Callable[[Any], None]] | None = 
         raise RunSetupError(f"the budget must be at least 1 evaluation, not {config.budget}")
     if config.compile_ahead < 0:
         raise RunSetupError(f"compile-ahead must be 0 (off) or more candidates, not {config.compile_ahead}")
+    if config.confirm_rounds < 0:
+        raise RunSetupError(f"confirm-rounds must be 0 (off) or more rounds, not {config.confirm_rounds}")
     try:
         task = load_task(config.task)
     except TaskError as exc:
@@ -126,7 +129,7 @@ def open_run(config: RunConfig, observers: list[Callable[[Any], None]] | None = 
         setup.optimizer = Optimizer(task, program, setup.pool, project, policy, Budget(config.budget, config.seconds),
                                     observers=observers or [], episode_length=config.episode, seed=config.seed,
                                     space=space, unrecorded="skip" if config.skip_unrecorded else "penalise",
-                                    compile_ahead=config.compile_ahead)
+                                    compile_ahead=config.compile_ahead, confirm_rounds=config.confirm_rounds)
     except BaseException:
         setup.close()
         raise

@@ -93,6 +93,7 @@ class TaskRow:
     compile_ms: float | None = None
     floor_fraction: float | None = None   # roofline floor / best time of the best candidate (1 = at the floor)
     below_floor: bool = False
+    interleaved_speedup: float | None = None   # the best re-measured interleaved with eager, after the run
     misses: int = 0                 # replayed candidates the records never measured
     this_run: int | None = None     # evaluations by this bench (and a killed run it continued)
     resumed: bool = False           # the project existed before
@@ -416,6 +417,7 @@ def _fill(row: TaskRow, project: Any) -> None:
     m = (best[0].measurement or {}) if best else {}
     if best:
         row.best_ms = best[0].median_ms
+        row.interleaved_speedup = (best[0].extra.get("interleaved") or {}).get("speedup_eager")
         row.floor_fraction = m.get("roofline_fraction")
         row.below_floor = bool(m.get("below_floor"))
     hardware = project.hardware or {}
@@ -560,6 +562,11 @@ def markdown(report: BenchReport) -> str:
                   "vs compile: baseline time / best; floor / best: the roofline floor / best time (100 % = at the "
                   f"floor). Projects: {_cell(report.projects)} (one TASK.cuagent per task; `cuda-agent inspect` "
                   "opens one)."]
+    confirmed = [r for r in report.rows if r.interleaved_speedup]
+    if confirmed:
+        lines += ["", "Each best re-measured after its run, interleaved with eager in one window (no drift "
+                      "between the baseline's measurement and the best's):", ""]
+        lines += [f"- {r.task}: {_x(r.interleaved_speedup)} eager" for r in confirmed]
     details = [r for r in report.rows if r.detail and r.detail != r.note]
     if details:
         lines += ["", "Details:", ""]

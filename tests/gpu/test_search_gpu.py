@@ -42,8 +42,14 @@ def test_a_short_real_run(name, tmp_path, tmp_cache):
         assert best.median_ms <= first.median_ms                        # the default is the first candidate
         assert project.baseline_keys()                                  # eager and compile were stored
         eager = project.baselines(project.baseline_keys()[0]).eager.median_ms
+        # the best was re-measured interleaved with eager after the run, and agrees with its record
+        interleaved = best.extra["interleaved"]
+        assert not interleaved["reason"] and interleaved["rounds"] == RunConfig.confirm_rounds, interleaved
+        assert 0.8 < interleaved["median_ms"] / best.median_ms < 1.25, (interleaved, best.median_ms)
+        assert 0.8 < interleaved["eager_ms"] / eager < 1.25, (interleaved, eager)
         print(f"\n{name}: {counts}, default {first.median_ms * 1e3:.1f} us, best {best.median_ms * 1e3:.1f} us, "
-              f"eager {eager * 1e3:.1f} us")
+              f"eager {eager * 1e3:.1f} us; interleaved: best {interleaved['median_ms'] * 1e3:.1f} us, "
+              f"eager {interleaved['eager_ms'] * 1e3:.1f} us")
 
     # The run's own record answers a replay of the same search: no GPU work, no misses.
     replay = open_run(RunConfig(task=TASKS / f"{name}.py", project=tmp_path / "replay.cuagent", policy="random",
