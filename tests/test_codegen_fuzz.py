@@ -36,10 +36,9 @@ import pytest
 import torch
 
 from core.codegen import CodegenError, generate
-from core.program import ScalarArg, TensorArg
 from core.tasks import load_task_from_source
 from tests.test_codegen_rownorm import DYNAMIC_SMEM_BYTES, EMULATED_SMEM
-from tests.test_codegen_scan import EMULATION, SANITIZE
+from tests.test_codegen_scan import EMULATION, SANITIZE, emulated_launch
 
 GXX = shutil.which("g++")
 CASES = int(os.environ.get("CA_FUZZ_CASES", "54"))
@@ -638,16 +637,7 @@ def _run_code(index: int, program, plan, inputs: dict[str, torch.Tensor]) -> str
         names[buf.name] = f"b{len(names)}"
         lines.append(f"    unsigned char* {names[buf.name]} = ca_alloc({_nbytes(buf.shape, buf.dtype)}, 0xA5);")
     for launch in plan.launches:
-        args = []
-        for a in launch.args:
-            if isinstance(a, TensorArg):
-                args.append(f"CaArg{{{names[a.name]}, 0, 0.0}}")
-            else:
-                assert isinstance(a, ScalarArg)
-                args.append(f"CaArg{{nullptr, {int(a.value)}LL, {float(a.value)!r}}}")
-        lines.append(f"    ca_launch([&] {{ {launch.kernel}({', '.join(args)}); }}, "
-                     f"ca_dim3{{{launch.grid[0]}, {launch.grid[1]}, {launch.grid[2]}}}, "
-                     f"ca_dim3{{{', '.join(str(b) for b in (list(launch.block) + [1, 1])[:3])}}});")
+        lines.append("    " + emulated_launch(launch, names))
     for i, name in enumerate(plan.outputs):
         buf = next(b for b in plan.buffers if b.name == name)
         lines.append(f'    ca_write("out{index}_{i}.bin", {names[name]}, {_nbytes(buf.shape, buf.dtype)});')

@@ -42,7 +42,7 @@ from core.search.space import env_from_task
 from core.tasks import load_task
 from core.toolchain import CompileCache, compile_cuda, nvrtc_info
 from tests.test_codegen_partition import run_partition
-from tests.test_codegen_scan import EMULATION, SANITIZE
+from tests.test_codegen_scan import EMULATION, SANITIZE, emulated_launch
 
 TASKS = Path(__file__).resolve().parents[1] / "resources" / "tasks"
 GXX = shutil.which("g++")
@@ -349,10 +349,7 @@ def _run_code(index: int, program: KernelProgram, plan, inputs: dict[str, torch.
     for launch in plan.launches:
         assert launch.shared_bytes <= DYNAMIC_SMEM_BYTES
         assert all(isinstance(a, TensorArg) for a in launch.args)
-        args = ", ".join(f"CaArg{{{names[a.name]}, 0, 0.0}}" for a in launch.args)
-        lines.append(f"    ca_launch([&] {{ {launch.kernel}({args}); }}, "
-                     f"ca_dim3{{{launch.grid[0]}, {launch.grid[1]}, {launch.grid[2]}}}, "
-                     f"ca_dim3{{{launch.block[0]}, 1, 1}});")
+        lines.append("    " + emulated_launch(launch, names))
     for i, name in enumerate(plan.outputs):
         buf = next(b for b in plan.buffers if b.name == name)
         lines.append(f'    ca_write("out{index}_{i}.bin", {names[name]}, {_nbytes(buf.shape, buf.dtype)});')

@@ -545,6 +545,21 @@ TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": t
                 "int64": torch.int64, "bool": torch.bool}
 
 
+def emulated_launch(launch, names: dict[str, str]) -> str:
+    """The EMULATION call of one plan launch; `names` maps the plan's tensors to C++ variables."""
+    args = []
+    for a in launch.args:
+        if isinstance(a, TensorArg):
+            args.append(f"CaArg{{{names[a.name]}, 0, 0.0}}")
+        else:
+            assert isinstance(a, ScalarArg)
+            args.append(f"CaArg{{nullptr, {int(a.value)}LL, {float(a.value)!r}}}")
+    block = (list(launch.block) + [1, 1])[:3]
+    return (f"ca_launch([&] {{ {launch.kernel}({', '.join(args)}); }}, "
+            f"ca_dim3{{{launch.grid[0]}, {launch.grid[1]}, {launch.grid[2]}}}, "
+            f"ca_dim3{{{block[0]}, {block[1]}, {block[2]}}});")
+
+
 def _harness(program: KernelProgram, plan, inputs: dict[str, torch.Tensor]) -> str:
     lines = [EMULATION, program.source, "int main() {"]
     for i, name in enumerate(inputs):
@@ -554,16 +569,7 @@ def _harness(program: KernelProgram, plan, inputs: dict[str, torch.Tensor]) -> s
         # Garbage, not zeros: a kernel must not rely on fresh buffers being cleared.
         lines.append(f"    unsigned char* b_{buf.name} = ca_alloc({nbytes}, 0xA5);")
     for launch in plan.launches:
-        args = []
-        for a in launch.args:
-            if isinstance(a, TensorArg):
-                args.append(f"CaArg{{b_{a.name}, 0, 0.0}}")
-            else:
-                assert isinstance(a, ScalarArg)
-                args.append(f"CaArg{{nullptr, {int(a.value)}LL, {float(a.value)!r}}}")
-        lines.append(f"    ca_launch([&] {{ {launch.kernel}({', '.join(args)}); }}, "
-                     f"ca_dim3{{{launch.grid[0]}, {launch.grid[1]}, {launch.grid[2]}}}, "
-                     f"ca_dim3{{{launch.block[0]}, 1, 1}});")
+        lines.append("    " + emulated_launch(launch, {b: f"b_{b}" for b in [*inputs, *(x.name for x in plan.buffers)]}))
     for i, name in enumerate(plan.outputs):
         buf = next(b for b in plan.buffers if b.name == name)
         nbytes = torch.empty(buf.shape, dtype=TORCH_DTYPES[buf.dtype], device="meta").nbytes
