@@ -19,8 +19,24 @@ import torch
 ROWS, COLS = 4096, 16384
 
 SOURCE = r"""
-template <int T, int ACC, int RPB>
+// Load flavours: 0 = __ldg (what the generators emit), 1 = __ldcs (ld.global.cs: evict-first in L1 and L2),
+// 2 = ld.global.nc.L1::no_allocate with an L2 evict_first cache policy (what Triton's evict_first emits).
+__device__ __forceinline__ unsigned long long evict_first_policy() {
+    unsigned long long pol;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+    return pol;
+}
+template <int LD> __device__ __forceinline__ float4 ld4(const float4* p, unsigned long long pol) {
+    if (LD == 0) return __ldg(p);
+    if (LD == 1) return __ldcs(p);
+    float4 v;
+    asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.f32 {%0,%1,%2,%3}, [%4], %5;"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p), "l"(pol));
+    return v;
+}
+template <int T, int ACC, int RPB, int LD = 0>
 __device__ void rows_sum(const float4* __restrict__ x, float* __restrict__ out, int rows, int cols4) {
+    const unsigned long long pol = LD == 2 ? evict_first_policy() : 0ull;
     __shared__ float partial[T / 32][RPB];
     for (int r = 0; r < RPB; ++r) {
         int row = blockIdx.x * RPB + r;
@@ -32,7 +48,7 @@ __device__ void rows_sum(const float4* __restrict__ x, float* __restrict__ out, 
             #pragma unroll
             for (int a = 0; a < ACC; ++a) {
                 int j = i + a * T;
-                if (j < cols4) { float4 v = __ldg(p + j); acc[a] += (v.x + v.y) + (v.z + v.w); }
+                if (j < cols4) { float4 v = ld4<LD>(p + j, pol); acc[a] += (v.x + v.y) + (v.z + v.w); }
             }
         }
         float s = 0.f;
@@ -60,6 +76,25 @@ ROWS_KERNEL(1024, 1, 1)
 ROWS_KERNEL(1024, 2, 1)
 ROWS_KERNEL(256, 4, 2)
 ROWS_KERNEL(256, 2, 4)
+extern "C" __global__ void __launch_bounds__(256) rows_cs(const float4* x, float* out, int rows, int cols4)
+{ rows_sum<256, 2, 4, 1>(x, out, rows, cols4); }
+extern "C" __global__ void __launch_bounds__(256) rows_evict_first(const float4* x, float* out, int rows, int cols4)
+{ rows_sum<256, 2, 4, 2>(x, out, rows, cols4); }
+// A copy (pointwise shape: reads and writes as much), with each load flavour; ST 1 stores with __stcs.
+template <int LD, int ST> __device__ void copy4(const float4* __restrict__ x, float4* __restrict__ y, size_t n4) {
+    const unsigned long long pol = LD == 2 ? evict_first_policy() : 0ull;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (size_t)gridDim.x * blockDim.x) {
+        float4 v = ld4<LD>(x + i, pol);
+        if (ST == 0) y[i] = v; else __stcs(y + i, v);
+    }
+}
+#define COPY_KERNEL(LD, ST) extern "C" __global__ void __launch_bounds__(256) \
+copy_##LD##_##ST(const float4* x, float4* y, size_t n4) { copy4<LD, ST>(x, y, n4); }
+COPY_KERNEL(0, 0)
+COPY_KERNEL(1, 0)
+COPY_KERNEL(2, 0)
+COPY_KERNEL(0, 1)
+COPY_KERNEL(1, 1)
 
 // the read ceiling: every block reads a contiguous slice, no rows
 extern "C" __global__ void __launch_bounds__(512) flat_read(const float4* __restrict__ x, float* out, size_t n4) {
@@ -145,20 +180,53 @@ def main() -> None:
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     dirty = torch.empty(2 * l2 // 4, dtype=torch.int32, device=dev)
     clean = torch.zeros_like(dirty)
-    best = module.get_function("rows_256_2_4")
-    call = lambda: best((ROWS // 4,), (256,), (xp, op, cp.int32(ROWS), cp.int32(COLS // 4)))
-    flushes = {"no flush": None, "flush by writing 2 x L2 (dirty lines left)": dirty.zero_,
-               "flush by writing, then reading another 2 x L2 (clean lines left)": lambda: (dirty.zero_(), clean.sum())}
-    for label, before in flushes.items():
+    flushes = {"no flush": None, "write flush (dirty L2)": dirty.zero_,
+               "clean flush (write, then read 2 x L2)": lambda: (dirty.zero_(), clean.sum())}
+    # Can a load's cache hint keep the flush's dirty lines from being written back inside the timed
+    # call? (evict-first lines replace each other before the dirty ones.)
+    for kernel, what in (("rows_256_2_4", "__ldg"), ("rows_cs", "__ldcs"), ("rows_evict_first", "nc, L2 evict_first")):
+        f = module.get_function(kernel)
+        call = lambda f=f: f((ROWS // 4,), (256,), (xp, op, cp.int32(ROWS), cp.int32(COLS // 4)))
         with stream:
-            rows.append((f"4 rows per block, {label}", timed_ms(call, before=before), True))
+            op.fill(0)
+            call()
+            torch.cuda.synchronize()
+            ok = torch.allclose(out, ref, rtol=1e-4, atol=1e-2)
+            for label, before in flushes.items():
+                rows.append((f"row sum, 4 rows per block, {what} loads, {label}", timed_ms(call, before=before), ok))
+    for label, before in flushes.items():
         rows.append((f"torch.sum, {label}", timed_ms(lambda: torch.sum(x, 1), before=before), True))
+    # The pointwise shape: a 256 MB copy (its "bytes" column counts read + write: 512 MB).
+    n4 = ROWS * COLS // 4
+    y = torch.empty_like(x)
+    yp = cp.asarray(y)
+    copy_rows = []
+    for kernel, what in (("copy_0_0", "__ldg loads"), ("copy_1_0", "__ldcs loads"), ("copy_2_0", "evict_first loads"),
+                         ("copy_0_1", "__stcs stores"), ("copy_1_1", "__ldcs loads, __stcs stores")):
+        f = module.get_function(kernel)
+        call = lambda f=f: f((sms * 8,), (256,), (xp, yp, cp.uint64(n4)))
+        with stream:
+            y.zero_()
+            call()
+            torch.cuda.synchronize()
+            ok = torch.equal(x, y)
+            for label, before in flushes.items():
+                copy_rows.append((f"copy, {what}, {label}", timed_ms(call, before=before), ok))
+    for label, before in flushes.items():
+        copy_rows.append((f"torch copy_, {label}", timed_ms(lambda: y.copy_(x), before=before), True))
     print(f"GPU {torch.cuda.get_device_name(0)}, copy ceiling {copy_gbps:.0f} GB/s, floor {floor_ms * 1e3:.1f} us "
           f"for {nbytes / 1e6:.0f} MB")
     print("| kernel | us | GB/s (bytes read) | fraction of floor | correct |")
     print("|---|---|---|---|---|")
     for label, t, ok in rows:
         print(f"| {label} | {t * 1e3:.1f} | {nbytes / (t / 1e3) / 1e9:.0f} | {floor_ms / t:.3f} | {ok} |")
+    copy_bytes = 2 * ROWS * COLS * 4
+    copy_floor = copy_bytes / (copy_gbps * 1e9) * 1e3
+    print(f"\nCopies of {copy_bytes / 2e6:.0f} MB (floor {copy_floor * 1e3:.1f} us)")
+    print("| kernel | us | GB/s (read + write) | fraction of floor | correct |")
+    print("|---|---|---|---|---|")
+    for label, t, ok in copy_rows:
+        print(f"| {label} | {t * 1e3:.1f} | {copy_bytes / (t / 1e3) / 1e9:.0f} | {copy_floor / t:.3f} | {ok} |")
 
 
 if __name__ == "__main__":
