@@ -109,9 +109,38 @@ def test_row_groups_read_the_rows_once():
     assert [b.name for b in gen.program.buffers] == gen.program.outputs
     assert gen.program.launches[0].args == ["norm.weight", "norm.bias", "x", "add_1"]
     assert gen.program.schedule["CACHE"] == 0 and any("cached per CACHE): x" in n for n in gen.notes)
-    # The cosine loss: one pass per phase over a and b, kept in registers; one value per row out.
+    # The cosine loss: sum((a / |a|) * (b / |b|)) = sum(a * b) / |a| / |b|, so one pass over a and b
+    # (the norms' factors leave the sum); three values per row out, which the mean's group divides.
     gen = _generated("loss_cosine_similarity")
-    assert [r.base for r in gen.groups[0].reads] == ["a", "b"] and gen.groups[0].outputs == ["sum_1"]
+    assert [r.base for r in gen.groups[0].reads] == ["a", "b"]
+    assert sorted(gen.groups[0].outputs) == ["linalg_vector_norm", "linalg_vector_norm_1", "sum_1_hoisted"]
+    assert any("1 pass over each row" in n for n in gen.notes), gen.notes
+
+
+def _sum_ops(fn, shapes, dtype=torch.float32) -> list[str]:
+    graph = capture_module(Fn(fn).to("meta"), [torch.empty(s, device="meta", dtype=dtype) for s in shapes],
+                           "g", [f"x{i}" for i in range(len(shapes))])
+    canon = canonicalize(graph, rows=True)
+    return [f"{n.op}({', '.join(getattr(o, 'name', repr(o)) for o in n.operands)})" for n in canon.nodes]
+
+
+def test_factors_constant_along_the_reduced_dims_leave_the_sum():
+    ops = _sum_ops(lambda m, x, y: ((x / x.norm(dim=-1, keepdim=True)) * y).sum(-1), [(8, 64), (8, 64)])
+    # The sum reads x * y only; the norm, viewed as one value per row, divides its result.
+    assert ops == ["linalg_vector_norm.default(x0)", "mul.Tensor(x0, x1)", "sum.dim_IntList(sum_1_term)",
+                   "view.default(linalg_vector_norm)", "div.Tensor(sum_1_hoisted, linalg_vector_norm_out)"]
+    # Factors that vary along the reduced dim, fp16 (the reference rounds its intermediates), and a
+    # product whose every varying factor divides stay as they were.
+    for fn, dtype in ((lambda m, x, y: (x * y).sum(-1), torch.float32),
+                      (lambda m, x, y: (x / x.norm(dim=-1, keepdim=True) * y).sum(-1), torch.float16),
+                      (lambda m, x, y: (x.amax(-1, keepdim=True) / y).sum(-1), torch.float32)):
+        ops = _sum_ops(fn, [(8, 64), (8, 64)], dtype)
+        assert not any("hoisted" in o or "_out" in o for o in ops), ops
+    # Over dim 0 (columns): a per-column constant leaves the sum, a per-row one does not.
+    ops = _sum_ops(lambda m, x, y: (x * y.sum(0, keepdim=True)).sum(0), [(16, 32), (16, 32)])
+    assert any("hoisted" in o for o in ops), ops
+    ops = _sum_ops(lambda m, x, y: (x * y.sum(1, keepdim=True)).sum(0), [(16, 32), (16, 32)])
+    assert not any("hoisted" in o for o in ops), ops
 
 
 # ---- NVRTC ------------------------------------------------------------------------------------------
@@ -212,6 +241,11 @@ def _softmax_by_hand(m, x):
     return e / e.sum(-1, keepdim=True) * m.w
 
 
+def _hoisted_factors(m, x, y):
+    weighted = ((x / x.norm(dim=-1, keepdim=True)) * y * m.w / m.r).sum(-1)
+    return weighted + (x * x.amax(-1, keepdim=True)).mean(-1)
+
+
 # name -> (module, inputs, input names)
 CASES: dict[str, tuple[torch.nn.Module, list[torch.Tensor], list[str]]] = {
     "layernorm": (_task_model("norm_layernorm", 1000), [_randn(3, 1000, scale=2.0, shift=0.5)], ["x"]),
@@ -224,6 +258,9 @@ CASES: dict[str, tuple[torch.nn.Module, list[torch.Tensor], list[str]]] = {
                             ["x", "residual"]),
     "cosine": (_task_model("loss_cosine_similarity"), [_randn(9, 130), _randn(9, 130, seed=1)], ["a", "b"]),
     "logsumexp": (_task_model("red_logsumexp_dim1"), [_logsumexp_input()], ["x"]),
+    # Factors constant along the row (a norm, a max, a per-row weight) leave the sums: one pass.
+    "hoisted_factors": (Fn(_hoisted_factors, w=_randn(130, seed=14), r=_randn(9, 1, seed=15).abs() + 0.5),
+                        [_randn(9, 130), _randn(9, 130, seed=1)], ["x", "y"]),
     "triplet": (_task_model("loss_triplet_margin", 1.0), [_randn(9, 70), _randn(9, 70, seed=1),
                                                          _randn(9, 70, seed=2)], ["anchor", "positive", "negative"]),
     "stats_and_norm": (Fn(_stats_and_norm, w=_randn(64, seed=4), b=_randn(64, seed=5)),
@@ -404,7 +441,8 @@ EMULATED = [
     ("groupnorm", {"CACHE": 1, "ROW_MODE": 0, "BLOCK": 32, "VEC": 2, "ITEMS": 2}, True),
     ("instancenorm", {"CACHE": 2, "ROW_MODE": 0, "BLOCK": 32, "ITEMS": 1}, False),
     ("fused_add_layernorm", {"CACHE": 2, "ROW_MODE": 0, "BLOCK": 64, "VEC": 2, "ITEMS": 1}, False),
-    ("cosine", {"CACHE": 1, "ROW_MODE": 0, "BLOCK": 64, "VEC": 1, "ITEMS": 2}, False),
+    ("cosine", {"ROW_MODE": 0, "BLOCK": 64, "VEC": 1, "ITEMS": 2}, False),
+    ("hoisted_factors", {"ROW_MODE": 1, "BLOCK": 128, "VEC": 2, "ITEMS": 1}, True),
     ("logsumexp", {"CACHE": 2, "ROW_MODE": 0, "BLOCK": 64, "VEC": 4, "ITEMS": 1}, True),
     ("triplet", {"ROW_MODE": 0, "BLOCK": 32, "VEC": 2, "ITEMS": 1}, True),
     ("stats_and_norm", {"CACHE": 1, "ROW_MODE": 0, "BLOCK": 32, "VEC": 4, "ITEMS": 1}, False),

@@ -1225,7 +1225,7 @@ def lower_rownorm(graph: Graph, kernel: str) -> Lowering:
     }
     names = ", ".join(f"'{r.anchor.node.name}' ({r.anchor.node.op}, phase {r.phase})" for r in plan.reductions)
     notes = [f"row-normalise: {plan.n_rows} rows of {plan.row_len} elements of {list(plan.space)}; reductions "
-             f"{names}; {len(plan.passes)} passes over each row"]
+             f"{names}; {len(plan.passes)} pass{'es' if len(plan.passes) > 1 else ''} over each row"]
     if plan.cached:
         notes.append(f"inputs read by several passes (cached per CACHE): "
                      f"{', '.join(i.value.name for i in plan.cached)}")

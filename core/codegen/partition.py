@@ -366,6 +366,8 @@ def canonicalize(graph: Graph, rows: bool = False) -> Graph:
             pass
         elif rows and _gather_as_pick(b, n):
             pass
+        elif rows and _hoist_constant_factors(b, n):
+            pass
         elif n.op == "var_mean.correction" and not _is_anchor_of("reduce", n, b.view):
             split.add(n.name)
         elif n.op == "getitem" and n.operands[0].name in split:
@@ -539,6 +541,94 @@ def _two_level(b: _Builder, n: Node) -> bool:
     if "dim" in attrs:
         attrs["dim"] = [] if n.base == "sum" else list(range(len(kept)))
     b.add(n.name, n.op, [y], attrs, n.shape, n.dtype)     # the mean of equal rows' means is the mean
+    return True
+
+
+_LINEAR_REDUCTIONS = ("sum.dim_IntList", "mean.dim")
+_MAX_FACTORS = 16
+
+
+def _broadcast(shapes: list[Shape]) -> Shape | None:
+    """The broadcast of `shapes` (right-aligned), or None if they do not broadcast."""
+    rank = max((len(s) for s in shapes), default=0)
+    out = [1] * rank
+    for s in shapes:
+        for k, size in enumerate((1,) * (rank - len(s)) + tuple(s)):
+            if size != 1:
+                if out[k] not in (1, size):
+                    return None
+                out[k] = size
+    return tuple(out)
+
+
+def _hoist_constant_factors(b: _Builder, n: Node) -> bool:
+    """sum or mean over dims D of a product whose factors include values constant along D (a row's
+    norm, a per-row scale): those factors move out, sum_j x_j * c = c * sum_j x_j. A reduction that
+    needed another reduction's result at every element then needs only the inputs, so a row group
+    makes one pass over the row instead of two (cosine similarity's sum((a / |a|) * (b / |b|)) becomes
+    sum(a * b) / |a| / |b|). The products stay in the task's order otherwise.
+
+    float32 and float64 only (fp16/bf16 references round every intermediate to 8 or 11 bits, which
+    the reordered form would not). The reordering changes rounding at the level of the dtype's epsilon,
+    far inside the evaluator's tolerances; it could overflow where the reference does not only for
+    products of magnitudes near the dtype's maximum. Returns False (nothing added) when it does not
+    apply."""
+    if n.op not in _LINEAR_REDUCTIONS or n.attrs.get("dtype") is not None or not n.operands or \
+            not isinstance(n.operands[0], Ref):
+        return False
+    x = b.view.value(n.operands[0].name)
+    if not isinstance(x, Node) or x.op not in ("mul.Tensor", "div.Tensor") or \
+            x.dtype not in ("float32", "float64") or n.dtype != x.dtype:
+        return False
+    full = tuple(x.shape)
+    rank = len(full)
+    dims = n.attrs.get("dim")
+    reduced = set(range(rank)) if dims in (None, []) else {d % max(rank, 1) for d in dims}
+
+    factors: list[tuple[Any, bool]] = []          # (operand, in the numerator)
+
+    def walk(o: Any, numerator: bool) -> bool:
+        v = b.view.value(o.name) if isinstance(o, Ref) else None
+        if isinstance(v, Node) and v.op in ("mul.Tensor", "div.Tensor") and v.dtype == x.dtype and \
+                tuple(v.shape) == full and len(v.operands) == 2:
+            return walk(v.operands[0], numerator) and \
+                walk(v.operands[1], numerator if v.op == "mul.Tensor" else not numerator)
+        factors.append((o, numerator))
+        return len(factors) <= _MAX_FACTORS
+
+    if not walk(Ref(x.name), True):
+        return False
+
+    def shape_of(o: Any) -> Shape:
+        return tuple(b.view.value(o.name).shape) if isinstance(o, Ref) else ()
+
+    def constant(o: Any) -> bool:
+        if not isinstance(o, Ref):
+            return False                          # a Python scalar stays where it is: nothing to gain
+        v = b.view.value(o.name)
+        shape = (1,) * (rank - len(v.shape)) + tuple(v.shape)
+        return v.dtype == x.dtype and len(v.shape) <= rank and all(shape[k] == 1 for k in reduced)
+
+    const = [(o, num) for o, num in factors if constant(o)]
+    varying = [(o, num) for o, num in factors if not constant(o)]
+    if not const or not varying or not varying[0][1] or \
+            _broadcast([shape_of(o) for o, _ in varying]) != full:
+        return False
+    acc, acc_shape = varying[0][0], shape_of(varying[0][0])
+    for o, num in varying[1:]:
+        acc_shape = _broadcast([acc_shape, shape_of(o)])
+        acc = b.add(b.fresh(f"{n.name}_term"), "mul.Tensor" if num else "div.Tensor", [acc, o], {},
+                    acc_shape, x.dtype)
+    total = b.add(b.fresh(f"{n.name}_hoisted"), n.op, [acc], dict(n.attrs), n.shape, n.dtype)
+    keepdim = bool(n.attrs.get("keepdim"))
+    for i, (o, num) in enumerate(const):
+        shape = (1,) * (rank - len(shape_of(o))) + shape_of(o)
+        shape = shape if keepdim else tuple(s for k, s in enumerate(shape) if k not in reduced)
+        if shape != shape_of(o):
+            o = b.add(b.fresh(f"{o.name}_out"), "view.default", [o], {"size": list(shape)}, shape, x.dtype)
+        last = i == len(const) - 1
+        total = b.add(n.name if last else b.fresh(f"{n.name}_scaled"), "mul.Tensor" if num else "div.Tensor",
+                      [total, o], {}, n.shape, n.dtype)
     return True
 
 
