@@ -157,3 +157,23 @@ def test_after_a_second_timing_the_unseen_times_are_the_first_timings(supervisor
     out = supervisor.evaluate(program("replay_stray_once"), prepare=P.Prepare(unseen_sets=2))
     assert out.status is Status.MEASURED and out.stray_ms == 0.0
     assert out.unseen_samples_ms == [10.0, 10.0]
+
+
+@pytest.mark.parametrize("during_check", [True, False])
+def test_every_bundle_drawn_is_used_whether_drawn_during_the_check_or_after(during_check):
+    """The next candidate's bundle is asked for while this one is checked (or, turned off, after it):
+    whatever the verdict, it is collected before the judge is asked anything and serves the next
+    candidate, so no bundle is drawn twice or lost."""
+    s = SupervisorSettings(check_timeout_s=2.0, time_timeout_s=2.0, startup_timeout_s=60,
+                           prepare_during_check=during_check)
+    sup = GpuSupervisor(0, "task", "source", s, runner_target=fake_runner_main, judge_target=fake_judge_main)
+    try:
+        verdicts = [sup.evaluate(program(b, str(i))).status
+                    for i, b in enumerate(["ok", "die", "ok", "side_stream", "cuda_error", "ok"])]
+        assert verdicts == [Status.MEASURED, Status.CRASHED, Status.MEASURED, Status.REJECTED, Status.CRASHED,
+                            Status.MEASURED]
+        sup.judge_bundle_wait()
+        # Bundle 1 was drawn at start-up; each evaluation used one and drew exactly one more.
+        assert sup.bundle is not None and sup.bundle.id == len(verdicts) + 1 and sup.judge.pending == 0
+    finally:
+        sup.close()

@@ -149,7 +149,8 @@ class Judge:
                 kept += self.reference_bytes()
             else:
                 refs[s.label], prints[s.label] = None, self.fingerprint_for(s)
-        bundle = P.Bundle(self.next_id, tuple(fresh + scaled), tuple(timing), prints, tuple(unseen))
+        room = all(r is not None for r in refs.values()) and 2 * kept <= self.reference_budget()
+        bundle = P.Bundle(self.next_id, tuple(fresh + scaled), tuple(timing), prints, tuple(unseen), room)
         self.bundles[bundle.id] = {"bundle": bundle, "refs": refs}
         self.next_id += 1
         return bundle

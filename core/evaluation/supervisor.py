@@ -54,6 +54,11 @@ class SupervisorSettings:
     # from 0.27 to 0.17 s (H200, bench/timing_stability.py; docs/performance.md); the hostile-kernel
     # GPU tests (the rare race included) pass at 25 ms (2026-12-01).
     timed_ms: float = 25.0
+    # Draw the next candidate's bundle (inputs and float64 references) while this candidate is
+    # checked, instead of after it: the check is not timed, so the judge's GPU work may overlap it,
+    # and the next candidate does not wait for its references (about 0.1 s for a 1 ms task). Done
+    # only while two bundles' references fit the judge's budget (Bundle.room_for_next).
+    prepare_during_check: bool = True
 
 
 _HAS_SIGMASK = hasattr(signal, "pthread_sigmask")
@@ -311,9 +316,11 @@ class GpuSupervisor:
         return b
 
     def _finish_bundle(self, b: P.Bundle) -> None:
+        self.judge_bundle_wait()          # the next bundle, when it was asked for during the check
         self.judge.send(P.Release(b.id))
         self.judge.drain(self.settings.judge_timeout_s)
-        self._prefetch()
+        if self.bundle is None:
+            self._prefetch()
 
     @property
     def tolerance(self) -> tuple[float, float]:
@@ -345,6 +352,8 @@ class GpuSupervisor:
                 self.bundle = None
             self.judge.send(prepare)
         bundle = self._take_bundle()
+        if prepare is None and self.settings.prepare_during_check and bundle.room_for_next:
+            self._prefetch()              # collected before the judge is asked anything (_evaluate)
         fresh = isinstance(artifact, P.ModelNewArtifact)
         try:
             runner = self._fresh_runner() if fresh else self.runner
@@ -410,6 +419,7 @@ class GpuSupervisor:
                                                f"for {label} than the judge (is the task's get_inputs deterministic "
                                                "under a seed?)", seconds=seconds)
         t1 = time.perf_counter()
+        self.judge_bundle_wait()          # a request drains owed replies: take the next bundle first
         verdict = self.judge.request(P.Judge(bundle.id, "check", check.outputs, allow_ipc=not fresh), s.judge_timeout_s)
         seconds["judge"] = time.perf_counter() - t1
         if isinstance(verdict, P.Failure):

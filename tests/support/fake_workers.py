@@ -82,7 +82,7 @@ def fake_judge_main(conn, device_index, scratch):
             conn.send(P.TaskReady((1e-4, 1e-4), flops=0))
         elif isinstance(msg, P.Prepare):
             unseen = tuple(P.InputSet(f"unseen{i}", 1, i) for i in range(msg.unseen_sets))
-            conn.send(P.Bundle(next_id, (), (), {"set0": (1.0, 2.0)}, unseen))
+            conn.send(P.Bundle(next_id, (), (), {"set0": (1.0, 2.0)}, unseen, room_for_next=True))
             next_id += 1
         elif isinstance(msg, P.Judge):
             if msg.outputs == (("kill-judge",),):
