@@ -90,8 +90,8 @@ class Bundle:
     # needs inputs seen before (answers remembered and replayed) shows here. Judged with the
     # timing sets. Drawn only to re-verify a time under the roofline floor.
     unseen_sets: tuple[InputSet, ...] = ()
-    # The judge kept every reference and they take at most half its memory budget: the next bundle
-    # may be drawn while this one is in use (SupervisorSettings.prepare_during_check).
+    # The judge kept every reference within its memory budget: the next bundle may be drawn while
+    # this one is in use (SupervisorSettings.prepare_during_check).
     room_for_next: bool = False
 
 

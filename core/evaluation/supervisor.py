@@ -57,7 +57,7 @@ class SupervisorSettings:
     # Draw the next candidate's bundle (inputs and float64 references) while this candidate is
     # checked, instead of after it: the check is not timed, so the judge's GPU work may overlap it,
     # and the next candidate does not wait for its references (about 0.1 s for a 1 ms task). Done
-    # only while two bundles' references fit the judge's budget (Bundle.room_for_next).
+    # only while a bundle's references all fit the judge's budget (Bundle.room_for_next).
     prepare_during_check: bool = True
 
 
