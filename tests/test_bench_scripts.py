@@ -106,3 +106,11 @@ def test_sweep_record_all_shards_balance_cost_and_cover_every_task_once():
     cost = [sum(60 + n for _, _, n in s) for s in shards]
     assert abs(cost[0] - cost[1]) <= 880                                 # no worse than the largest task
     assert all([n for _, _, n in s] == sorted(n for _, _, n in s) for s in shards)   # smallest first
+
+
+def test_kernel_times_reads_task_and_knob_changes():
+    kt = _script("kernel_times")
+    assert kt.parse("loss_cross_entropy") == ("loss_cross_entropy", {})
+    assert kt.parse("softmax_dim1_fp16:BLOCK=128, CACHE=2") == ("softmax_dim1_fp16", {"BLOCK": 128, "CACHE": 2})
+    with pytest.raises(ValueError):
+        kt.parse("act_gelu:BLOCK=big")
