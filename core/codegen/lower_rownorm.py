@@ -610,10 +610,9 @@ def _online_acc_code(a: _Anchor) -> str:
     """The online softmax's accumulator: the running max m and s = sum of exp(x - m). Its result is
     s, which after the merges is relative to the row's max, the value the max reduction computes (the
     same nan_max over the same elements). exp(x - m) is taken in the element type, as the two-pass
-    form does, and so is an element's rescaling exp(m_old - m_new); the merges rescale in double and
-    never rescale a sum of zero. Empty threads and rows of -inf so far add nothing (exp(-inf - -inf)
-    would be NaN); +inf still gives NaN, as eager's exp(x - max) does, and a NaN element makes the
-    max NaN (the max reduction's nan_max), so every output of its row is NaN, as in eager."""
+    form does; the rescaling exp(m_old - m_new) in double. A sum of zero is never rescaled, so empty
+    threads and rows of -inf so far add nothing (exp(-inf - -inf) would be NaN); NaN and +inf still
+    give NaN, as eager's exp(x - max) does."""
     xt = a.xt
     neg_inf = literal(-math.inf, xt)
     exp = math_fn("exp", xt)
@@ -622,11 +621,11 @@ def _online_acc_code(a: _Anchor) -> str:
         f"struct Acc {{ {xt} m; double s; }};",
         f"CA_HD Acc acc_init() {{ Acc a; a.m = {neg_inf}; a.s = 0.0; return a; }}",
         "CA_HD double acc_rescaled(double s, double from, double to) { return s == 0.0 ? 0.0 : s * exp(from - to); }",
-        # Per element: the rare rescale in the element type (a double exp inlined at every element
-        # of an unrolled tile cost registers and time); NaN never raises m, and makes s NaN below.
         f"CA_HD void acc_add(Acc& a, {xt} x, idx_t j, double sh) {{",
-        f"    if (x > a.m) {{ a.s *= (double){exp}(a.m - x); a.m = x; }}",
-        f"    if (a.m != {neg_inf}) a.s += (double){exp}(x - a.m);",
+        f"    const {xt} m = nan_max(a.m, x);",
+        f"    if (m == {neg_inf}) return;",
+        "    if (!(m == a.m)) { a.s = acc_rescaled(a.s, (double)a.m, (double)m); a.m = m; }",
+        f"    a.s += (double){exp}(x - m);",
         "}",
         "CA_HD void acc_merge(Acc& a, const Acc& b) {",
         f"    const {xt} m = nan_max(a.m, b.m);",
