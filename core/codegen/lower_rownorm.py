@@ -52,8 +52,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.codegen.cuda_emit import COMPUTE_CTYPE, ITEMSIZE, PRELUDE, STORAGE_CTYPE, literal, load_expr, math_fn, \
-    round_to_storage, store_expr
+from core.codegen.cuda_emit import COMPUTE_CTYPE, ITEMSIZE, PRELUDE, STORAGE_CTYPE, load_expr, round_to_storage, \
+    store_expr
 from core.codegen.errors import CodegenError
 from core.codegen.graph import Graph, GraphInput, Node, Ref
 # The reduce family's accumulators (one struct per reduction kind, its merge and shuffle, the result
@@ -150,11 +150,6 @@ class _Reduction:
     index: int
     phase: int
     results: dict[str, int]           # value name -> result index
-    feed: str = ""                    # the value its accumulator takes per element (the anchor's operand)
-    online: bool = False              # sum(exp(x - max(x))) in the max's pass: feed is x (_online_max)
-
-    def __post_init__(self) -> None:
-        self.feed = self.feed or self.anchor.src.name
 
     @property
     def ns(self) -> str:
@@ -181,10 +176,6 @@ class _Plan:
     pass_inputs: list[list[_Input]]   # row-varying inputs each pass reads
     cached: list[_Input]              # vector inputs read by two passes or more
     knobs: list[Knob] = field(default_factory=list)
-
-    @property
-    def online(self) -> bool:
-        return any(r.online for r in self.reductions)
 
     @property
     def n_phases(self) -> int:
@@ -223,8 +214,7 @@ def _contiguous_strides(shape: Shape) -> list[int]:
     return list(reversed(strides))
 
 
-def _plan(graph: Graph, kernel: str, online: bool = False) -> _Plan:
-    """online: a sum of exp(x - max) over the rows joins the pass of that max (_online_max)."""
+def _plan(graph: Graph, kernel: str) -> _Plan:
     values: dict[str, Any] = {v.name: v for v in graph.inputs}
     values.update({n.name: n for n in graph.nodes})
     anchors = [n for n in graph.nodes if n.op in ANCHORS]
@@ -313,12 +303,7 @@ def _plan(graph: Graph, kernel: str, online: bool = False) -> _Plan:
             phase = level(refs[0]) + 1
             res = {n.name: 0} if n.name in result_of else {}
             res.update({g: k for g, k in getitem_index.items() if result_of[g] == i})
-            pair = _online_max(parsed[i], reductions, result_of, values) if online else None
-            if pair is not None and level(pair[1]) < pair[0].phase:
-                reductions.append(_Reduction(parsed[i], i, pair[0].phase, res, feed=pair[1], online=True))
-                phase = pair[0].phase
-            else:
-                reductions.append(_Reduction(parsed[i], i, phase, res))
+            reductions.append(_Reduction(parsed[i], i, phase, res))
             if n.name in result_of:
                 row_const.add(n.name)
                 avail[n.name] = phase
@@ -377,7 +362,7 @@ def _plan(graph: Graph, kernel: str, online: bool = False) -> _Plan:
     n_phases = max(r.phase for r in reductions)
     passes: list[tuple[int, list[str]]] = []
     for phase in range(1, n_phases + 1):
-        passes.append((phase, [r.feed for r in reductions if r.phase == phase]))
+        passes.append((phase, [r.anchor.src.name for r in reductions if r.phase == phase]))
     varying_out = [o for o, _, const in out_info if not const]
     if varying_out:
         passes.append((n_phases + 1, varying_out))
@@ -393,31 +378,6 @@ def _plan(graph: Graph, kernel: str, online: bool = False) -> _Plan:
     layout = "rows" if big[-1] in dims else "cols"
     return _Plan(graph, kernel, layout, space, reduced, n_rows, row_len, inner, idx_t, inputs, outputs, reductions,
                  row_const, avail, passes, pass_inputs, cached)
-
-
-def _online_max(a: _Anchor, reductions: list[_Reduction], result_of: dict[str, int],
-                values: dict[str, Any]) -> tuple[_Reduction, str] | None:
-    """(the max reduction M, x) when anchor `a` sums exp(x - M) and M is the max of the same x: a
-    softmax's or logsumexp's denominator. One pass can then keep a running max m and the sum of
-    exp(x - m), rescaling the sum by exp(m_old - m_new) when m grows (the online softmax), instead of
-    a second pass over the row after the max. None when the pattern does not hold exactly."""
-    if a.kind != "sum" or len(a.results) != 1 or a.node.attrs.get("dtype") is not None or a.rdt != a.src.dtype:
-        return None
-    e = values.get(a.src.name)
-    if not isinstance(e, Node) or e.op != "exp.default" or e.dtype != a.rdt or not isinstance(e.operands[0], Ref):
-        return None
-    d = values.get(e.operands[0].name)
-    if not isinstance(d, Node) or d.op != "sub.Tensor" or d.attrs.get("alpha", 1) != 1 or d.dtype != a.rdt or \
-            tuple(d.shape) != tuple(e.shape) or not all(isinstance(o, Ref) for o in d.operands):
-        return None
-    x, m = (o.name for o in d.operands)
-    if m not in result_of:
-        return None
-    found = [r for r in reductions if r.index == result_of[m]]
-    if not found or found[0].anchor.kind != "max" or found[0].anchor.src.name != x or found[0].online or \
-            found[0].anchor.rdt != a.rdt or values[x].dtype != a.rdt or tuple(values[x].shape) != tuple(d.shape):
-        return None
-    return found[0], x
 
 
 def _varying_inputs(graph: Graph, sinks: list[str], row_const: set[str], values: dict[str, Any]) -> set[str]:
@@ -457,7 +417,7 @@ def _row_nodes(plan: _Plan) -> list[Node]:
     graph = plan.graph
     by_name = {n.name: n for n in graph.nodes}
     results = {name for red in plan.reductions for name in red.results}
-    sinks = list(graph.outputs) + [red.feed for red in plan.reductions]
+    sinks = list(graph.outputs) + [red.anchor.src.name for red in plan.reductions]
     element = {n.name for _, s in plan.passes for n in _element_nodes(graph, s, plan.row_const)}
     todo = list(sinks)
     for name in element:
@@ -569,7 +529,7 @@ def _constraints(plan: _Plan) -> list:
         return None
 
     def cache_fits(s: Any) -> str | None:
-        cache = s.get("CACHE") if plan.cached else None
+        cache = s.get("CACHE")
         if cache == CACHE_REGISTERS:
             tile = lanes(s) * s["VEC"] * s["ITEMS"]
             if tile < L:
@@ -586,7 +546,7 @@ def _constraints(plan: _Plan) -> list:
         return None
 
     def idle(s: Any) -> str | None:
-        if {k: s[k] for k in default} == default:     # (the ONLINE knob, if any, is not theirs)
+        if dict(s) == default:
             return None
         if s["ROW_MODE"] == 0 and s["BLOCK"] > 32 and s["BLOCK"] * s["VEC"] > L:
             return f"BLOCK={s['BLOCK']} threads x VEC={s['VEC']} for rows of {L} elements leaves threads idle"
@@ -601,45 +561,6 @@ def _constraints(plan: _Plan) -> list:
 
 
 # ---- C emission -------------------------------------------------------------------------------------
-
-def _online_fields(a: _Anchor) -> list[tuple[str, str]]:
-    return [("m", a.xt), ("s", "double")]
-
-
-def _online_acc_code(a: _Anchor) -> str:
-    """The online softmax's accumulator: the running max m and s = sum of exp(x - m). Its result is
-    s, which after the merges is relative to the row's max, the value the max reduction computes (the
-    same nan_max over the same elements). exp(x - m) is taken in the element type, as the two-pass
-    form does; the rescaling exp(m_old - m_new) in double. A sum of zero is never rescaled, so empty
-    threads and rows of -inf so far add nothing (exp(-inf - -inf) would be NaN); NaN and +inf still
-    give NaN, as eager's exp(x - max) does."""
-    xt = a.xt
-    neg_inf = literal(-math.inf, xt)
-    exp = math_fn("exp", xt)
-    return "\n".join([
-        "// The accumulator: running max and the sum of exp(x - max), merged in a fixed tree (deterministic).",
-        f"struct Acc {{ {xt} m; double s; }};",
-        f"CA_HD Acc acc_init() {{ Acc a; a.m = {neg_inf}; a.s = 0.0; return a; }}",
-        "CA_HD double acc_rescaled(double s, double from, double to) { return s == 0.0 ? 0.0 : s * exp(from - to); }",
-        f"CA_HD void acc_add(Acc& a, {xt} x, idx_t j, double sh) {{",
-        f"    const {xt} m = nan_max(a.m, x);",
-        f"    if (m == {neg_inf}) return;",
-        "    if (!(m == a.m)) { a.s = acc_rescaled(a.s, (double)a.m, (double)m); a.m = m; }",
-        f"    a.s += (double){exp}(x - m);",
-        "}",
-        "CA_HD void acc_merge(Acc& a, const Acc& b) {",
-        f"    const {xt} m = nan_max(a.m, b.m);",
-        f"    if (m == {neg_inf}) return;",
-        "    a.s = acc_rescaled(a.s, (double)a.m, (double)m) + acc_rescaled(b.s, (double)b.m, (double)m);",
-        "    a.m = m;",
-        "}",
-        "__device__ __forceinline__ Acc acc_shfl(const Acc& a, int o) {",
-        "    Acc b;",
-        "    b.m = __shfl_xor_sync(0xffffffffu, a.m, o);",
-        "    b.s = __shfl_xor_sync(0xffffffffu, a.s, o);",
-        "    return b;",
-        "}"])
-
 
 def _helpers(plan: _Plan) -> str:
     ns = f"{plan.kernel}_ns"
@@ -660,8 +581,7 @@ def _helpers(plan: _Plan) -> str:
     for red in plan.reductions:
         lines += [f"namespace {red.ns} {{   // '{red.anchor.node.name}' ({red.anchor.node.op}), phase {red.phase}",
                   "constexpr idx_t n_red = row_len;",
-                  _online_acc_code(red.anchor) if red.online else _acc_code(red.anchor),
-                  _var_helper(red.anchor).rstrip("\n"),
+                  _acc_code(red.anchor), _var_helper(red.anchor).rstrip("\n"),
                   f"}}  // namespace {red.ns}"]
     lines += [f"}}  // namespace {ns}", ""]
     return "\n".join(lines)
@@ -798,7 +718,7 @@ def _bind_iotas(plan: _Plan, nodes: list[Node], var: dict[str, tuple[str, str]],
 def _reduced_value(r: _Reduction, var: dict[str, tuple[str, str]]) -> str:
     """The element fed to an accumulator: the operand in the reduction's dtype, then its element type."""
     a = r.anchor
-    value, ct = var[r.feed]
+    value, ct = var[a.src.name]
     rdt_ct = COMPUTE_CTYPE[a.rdt]
     if rdt_ct != ct:
         value = round_to_storage(a.rdt, f"(({rdt_ct}){value})")   # the dtype= conversion
@@ -921,7 +841,7 @@ STATIC_SMEM_BYTES = 48 * 1024
 
 
 def _acc_bytes(r: _Reduction) -> int:
-    fields = _online_fields(r.anchor) if r.online else _acc_fields(r.anchor)
+    fields = _acc_fields(r.anchor)
     nbytes = sum(8 if ct in ("double", "long long") else 4 for _, ct in fields)
     return _round16(nbytes) if nbytes > 8 else nbytes
 
@@ -1014,7 +934,7 @@ def _cols_constraints(plan: _Plan) -> list:
         return None
 
     def cache_fits(s: Any) -> str | None:
-        cache = s.get("CACHE") if plan.cached else None
+        cache = s.get("CACHE")
         rt = s["BLOCK"] // s["COLW"]
         if cache == CACHE_REGISTERS:
             if rt * s["ITEMS"] < L:
@@ -1029,7 +949,7 @@ def _cols_constraints(plan: _Plan) -> list:
         return None
 
     def idle(s: Any) -> str | None:
-        if {k: s[k] for k in default} == default:     # (the ONLINE knob, if any, is not theirs)
+        if dict(s) == default:
             return None
         rt = s["BLOCK"] // s["COLW"]
         if s["COLW"] > 4 and s["COLW"] * s["VEC"] > plan.n_rows:
@@ -1265,35 +1185,6 @@ def _emit_cols_kernel(plan: _Plan) -> str:
 
 # ---- the family entry point ----------------------------------------------------------------------
 
-def _shared_bytes(plan: _Plan) -> Any:
-    """The launch's dynamic shared memory (an expression of the knobs): the cached rows with CACHE=2."""
-    if not plan.cached:
-        return 0
-    if plan.layout == "cols":
-        regions = " + ".join(f"cdiv({plan.row_len * ITEMSIZE[i.value.dtype]} * COLW * VEC, 16) * 16"
-                             for i in plan.cached)
-        return f"{regions} if CACHE == 2 else 0"
-    return f"{plan.row_bytes} * (BLOCK // 32 if ROW_MODE == 1 else 1) if CACHE == 2 else 0"
-
-
-def _online_constraints(two_pass: _Plan, one_pass: _Plan, first: list, second: list) -> list:
-    """Each form's constraints under its ONLINE value. When the one-pass form reads each row once
-    (logsumexp), CACHE does nothing there: it stays at its default, so no schedule is a duplicate."""
-    default_cache = next((k.values[0] for k in two_pass.knobs if k.name == "CACHE"), None)
-
-    def online_form(s: Any) -> str | None:
-        checks = second if s.get("ONLINE") else first
-        for check in checks:
-            reason = check(s)
-            if reason:
-                return reason
-        if s.get("ONLINE") and not one_pass.cached and default_cache is not None and s["CACHE"] != default_cache:
-            return (f"ONLINE=1 reads each row once: CACHE={s['CACHE']} changes nothing (it stays at its default, "
-                    f"{default_cache})")
-        return None
-
-    return [online_form]
-
 def lower_rownorm(graph: Graph, kernel: str) -> Lowering:
     """One kernel for a row group: reductions over the same rows and the elementwise ops around them."""
     plan = _plan(graph, kernel)
@@ -1303,31 +1194,24 @@ def lower_rownorm(graph: Graph, kernel: str) -> Lowering:
                             f"cache; the reductions run as their own kernels instead.")
     cols = plan.layout == "cols"
     plan.knobs = _cols_knobs(plan) if cols else _knobs(plan)
-    constraints = _cols_constraints(plan) if cols else _constraints(plan)
-    kernel_of = _emit_cols_kernel if cols else _emit_kernel
-    source = _helpers(plan) + kernel_of(plan)
-    shared = _shared_bytes(plan)
-    one_pass = _plan(graph, kernel, online=True)
-    if one_pass.online:
-        # Both forms in one source, chosen by the ONLINE knob: the online pass changes which passes
-        # there are and what they cache, so each form has its own plan, namespaces and kernel body.
-        one_pass.knobs = plan.knobs
-        constraints = _online_constraints(plan, one_pass, constraints,
-                                          _cols_constraints(one_pass) if cols else _constraints(one_pass))
-        plan.knobs = plan.knobs + [Knob("ONLINE", (0, 1), "1: a softmax's max and the sum of exp(x - max) in one "
-                                                          "pass (running max, the sum rescaled when it grows); "
-                                                          "0: the sum in a pass after the max")]
-        source = f"#if ONLINE\n{_helpers(one_pass)}{kernel_of(one_pass)}\n#else\n{source}\n#endif"
-        shared = f"({_shared_bytes(one_pass)}) if ONLINE == 1 else ({shared})"
-    spec = ScheduleSpec(list(plan.knobs), constraints)
+    spec = ScheduleSpec(list(plan.knobs), _cols_constraints(plan) if cols else _constraints(plan))
     reason = spec.why_illegal(spec.default())
     if reason:
         raise _error(graph, f"the row-normalise family found no legal default schedule ({reason}).")
-    source = PRELUDE + source + "\n"
+    source = PRELUDE + _helpers(plan) + (_emit_cols_kernel(plan) if cols else _emit_kernel(plan)) + "\n"
     values = {v.name: v for v in list(graph.inputs) + graph.nodes}
     buffers = [{"name": o, "shape": [int(s) for s in values[o].shape], "dtype": values[o].dtype}
                for o in graph.outputs]
-    grid = f"cdiv({plan.n_rows}, COLW * VEC)" if cols else f"{plan.n_rows} if ROW_MODE == 0 else cdiv({plan.n_rows}, BLOCK // 32)"
+    grid = f"{plan.n_rows} if ROW_MODE == 0 else cdiv({plan.n_rows}, BLOCK // 32)"
+    shared: Any = 0
+    if plan.cached:
+        shared = f"{plan.row_bytes} * (BLOCK // 32 if ROW_MODE == 1 else 1) if CACHE == 2 else 0"
+    if cols:
+        grid = f"cdiv({plan.n_rows}, COLW * VEC)"
+        if plan.cached:
+            regions = " + ".join(f"cdiv({plan.row_len * ITEMSIZE[i.value.dtype]} * COLW * VEC, 16) * 16"
+                                 for i in plan.cached)
+            shared = f"{regions} if CACHE == 2 else 0"
     program = {
         "format": "cuda-agent/program@1",
         "name": kernel,
@@ -1342,10 +1226,6 @@ def lower_rownorm(graph: Graph, kernel: str) -> Lowering:
     names = ", ".join(f"'{r.anchor.node.name}' ({r.anchor.node.op}, phase {r.phase})" for r in plan.reductions)
     notes = [f"row-normalise: {plan.n_rows} rows of {plan.row_len} elements of {list(plan.space)}; reductions "
              f"{names}; {len(plan.passes)} pass{'es' if len(plan.passes) > 1 else ''} over each row"]
-    if one_pass.online:
-        notes.append(f"ONLINE=1: {len(one_pass.passes)} pass{'es' if len(one_pass.passes) > 1 else ''} over each row "
-                     f"(the sum of exp(x - max) of " + ", ".join(f"'{r.anchor.node.name}'" for r in one_pass.reductions
-                                                                  if r.online) + " beside its max)")
     if plan.cached:
         notes.append(f"inputs read by several passes (cached per CACHE): "
                      f"{', '.join(i.value.name for i in plan.cached)}")
