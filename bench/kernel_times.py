@@ -6,7 +6,7 @@ multi-kernel task's time goes (the evaluator times the whole program only).
 Each argument is TASK (its default schedule) or TASK:KNOB=V,KNOB=V (the default with those knobs
 changed). Prints per kernel: grid, block, median us of REPS launches each after a write of twice the
 L2 (DESIGN section 4's flush), and the whole program timed the same way, against the task's
-roofline floor (the task file's minimum bytes over this GPU's measured copy bandwidth). The
+roofline floor (core.evaluation.roofline: the evaluator's floor, from this GPU's cached ceilings). The
 outputs are checked against the reference first (torch.allclose at the task's tolerance); a
 schedule whose output is wrong is reported, not timed.
 """
@@ -24,8 +24,9 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from core.codegen import generate  # noqa: E402
-from core.evaluation.gpuinfo import describe_gpu  # noqa: E402
+from core.evaluation.gpuinfo import describe_gpu, gpu_key  # noqa: E402
 from core.evaluation.protocol import ProgramArtifact  # noqa: E402
+from core.evaluation.roofline import Ceilings, compute_dtype, floor_ms, get_ceilings, minimum_bytes  # noqa: E402
 from core.evaluation.runner import BoundProgram, LoadedProgram  # noqa: E402
 from core.tasks import load_task  # noqa: E402
 from core.toolchain import compile_cuda  # noqa: E402
@@ -55,15 +56,7 @@ def timed_us(fn, flush: torch.Tensor, reps: int) -> float:
     return statistics.median(times)
 
 
-def copy_gbps(dev: torch.device) -> float:
-    src = torch.empty(1 << 28, dtype=torch.uint8, device=dev)
-    dst = torch.empty_like(src)
-    flush = torch.empty(1 << 27, dtype=torch.uint8, device=dev)
-    us = timed_us(lambda: dst.copy_(src), flush, 20)
-    return 2 * src.numel() / us / 1e3
-
-
-def run_one(arg: str, dev: torch.device, gpu: dict, flush: torch.Tensor, bandwidth: float, reps: int) -> None:
+def run_one(arg: str, dev: torch.device, gpu: dict, flush: torch.Tensor, ceilings: Ceilings, reps: int) -> None:
     name, changes = parse(arg)
     task = load_task(TASKS / f"{name}.py")
     gp = generate(task)
@@ -95,7 +88,7 @@ def run_one(arg: str, dev: torch.device, gpu: dict, flush: torch.Tensor, bandwid
     import cupy
 
     stream = cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
-    floor = task.min_bytes / bandwidth / 1e3 if getattr(task, "min_bytes", None) else None
+    floor = floor_ms(minimum_bytes(task), task.flops or 0, compute_dtype(task), ceilings) * 1e3
     print(f"\n## {arg}  schedule {schedule}")
     print("| kernel | grid | block | smem | us |\n|---|---|---|---|---|")
     total_parts = 0.0
@@ -120,11 +113,11 @@ def main() -> None:
     torch.cuda.set_device(dev)
     gpu = describe_gpu(dev)
     flush = torch.empty(2 * gpu["l2_bytes"] // 4, dtype=torch.float32, device=dev)
-    bandwidth = copy_gbps(dev)
-    print(f"GPU {gpu['name']}, copy {bandwidth:.0f} GB/s")
+    ceilings = get_ceilings(dev, gpu["name"], gpu_key(gpu))
+    print(f"GPU {gpu['name']}, copy {ceilings.copy_gbps:.0f} GB/s")
     for spec in args.specs:
         try:
-            run_one(spec, dev, gpu, flush, bandwidth, args.reps)
+            run_one(spec, dev, gpu, flush, ceilings, args.reps)
         except Exception as exc:                       # one bad spec does not end the table
             print(f"\n## {spec}: failed: {type(exc).__name__}: {exc}")
         torch.cuda.empty_cache()
