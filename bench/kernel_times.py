@@ -4,7 +4,9 @@ multi-kernel task's time goes (the evaluator times the whole program only).
     PYTHONPATH=. python bench/kernel_times.py loss_cross_entropy 'loss_cross_entropy:G1_BLOCK=1024' ...
 
 Each argument is TASK (its default schedule) or TASK:KNOB=V,KNOB=V (the default with those knobs
-changed). Prints per kernel: grid, block, median us of REPS launches each after a write of twice the
+changed). `--options` adds NVRTC options (for example `-use_fast_math`) and `--replace OLD=>NEW` edits the
+generated source before it compiles: what-if experiments that say how much of a kernel's time an
+instruction mix costs; their outputs are checked like any other. Prints per kernel: grid, block, median us of REPS launches each after a write of twice the
 L2 (DESIGN section 4's flush), and the whole program timed the same way, against the task's
 roofline floor (core.evaluation.roofline: the evaluator's floor, from this GPU's cached ceilings). The
 outputs are checked against the reference first (torch.allclose at the task's tolerance); a
@@ -56,7 +58,18 @@ def timed_us(fn, flush: torch.Tensor, reps: int) -> float:
     return statistics.median(times)
 
 
-def run_one(arg: str, dev: torch.device, gpu: dict, flush: torch.Tensor, ceilings: Ceilings, reps: int) -> None:
+def edited(source: str, replacements: list[str]) -> str:
+    """The source with each 'OLD=>NEW' replacement made; an OLD that is not there is an error."""
+    for item in replacements:
+        old, sep, new = item.partition("=>")
+        if not sep or old not in source:
+            raise ValueError(f"--replace {item!r}: {'no =>' if not sep else 'OLD not in the source'}")
+        source = source.replace(old, new)
+    return source
+
+
+def run_one(arg: str, dev: torch.device, gpu: dict, flush: torch.Tensor, ceilings: Ceilings, reps: int,
+            options: list[str] = (), replacements: list[str] = ()) -> None:
     name, changes = parse(arg)
     task = load_task(TASKS / f"{name}.py")
     gp = generate(task)
@@ -66,7 +79,9 @@ def run_one(arg: str, dev: torch.device, gpu: dict, flush: torch.Tensor, ceiling
         print(f"\n## {arg}: illegal schedule: {why}")
         return
     program = gp.program.with_schedule(schedule)
-    result = compile_cuda(program.source, arch=gpu["arch"], options=program.compile_options())
+    if replacements:
+        program.source = edited(program.source, list(replacements))
+    result = compile_cuda(program.source, arch=gpu["arch"], options=[*program.compile_options(), *options])
     if not result.ok:
         print(f"\n## {arg}: compile failed: {result.error_summary()}")
         return
@@ -108,6 +123,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("specs", nargs="+", help="TASK or TASK:KNOB=V,KNOB=V")
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--options", nargs="*", default=[], help="extra NVRTC options, e.g. -use_fast_math")
+    ap.add_argument("--replace", nargs="*", default=[], metavar="OLD=>NEW", help="source edits (what-if)")
     args = ap.parse_args()
     dev = torch.device("cuda", 0)
     torch.cuda.set_device(dev)
@@ -117,7 +134,7 @@ def main() -> None:
     print(f"GPU {gpu['name']}, copy {ceilings.copy_gbps:.0f} GB/s")
     for spec in args.specs:
         try:
-            run_one(spec, dev, gpu, flush, ceilings, args.reps)
+            run_one(spec, dev, gpu, flush, ceilings, args.reps, args.options, args.replace)
         except Exception as exc:                       # one bad spec does not end the table
             print(f"\n## {spec}: failed: {type(exc).__name__}: {exc}")
         torch.cuda.empty_cache()
