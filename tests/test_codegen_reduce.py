@@ -98,6 +98,14 @@ def _special_rows(n: int, c: int) -> torch.Tensor:
     return x
 
 
+def _large_then_small(rows: int, n: int) -> torch.Tensor:
+    """Rows of 2^20 followed by 0.06s: 0.06 is under half of 2^20's fp32 ulp (0.125), so an fp32 sum
+    that holds the 2^20 drops every 0.06 added to it."""
+    x = torch.full((rows, n), 0.06)
+    x[:, 0] = 2.0 ** 20
+    return x
+
+
 def _lse_second_group(m, x, mx):
     """logsumexp's second group: exp(x - m) summed, log, + squeeze(m); m = the first group's amax."""
     return torch.log(torch.exp(x - mx).sum(1)) + mx.squeeze(1)
@@ -160,6 +168,11 @@ CASES = [
     Case("logsumexp_group2", _lse_second_group, (_lse_x, _lse_x.amax(1, keepdim=True)),
          ({"ROW_MODE": 1, "ROWS": 2, "BLOCK": 64, "VEC": 2},)),
     Case("scalar_input", lambda m, x: x.sum(), (_t(),)),
+    # One large element, then elements under half its fp32 ulp: see test_fp32_partials_stay_within_their_bound.
+    Case("sum_partial_rows", lambda m, x: x.sum(1), (_large_then_small(4, 4096),),
+         ({"ROW_MODE": 0, "BLOCK": 32, "VEC": 4, "UNROLL": 4}, {"ROW_MODE": 1, "BLOCK": 32, "VEC": 1, "UNROLL": 2})),
+    Case("sum_partial_cols", lambda m, x: x.sum(0), (_large_then_small(128, 4096).T.contiguous(),),
+         ({"BLOCK": 256, "COLW": 32, "VEC": 4, "UNROLL": 4},)),
     Case("rank6_rows_keepdim", lambda m, x, w: (x * w).sum((1, 3, 5), keepdim=True), (_t(2, 3, 2, 3, 2, 4), _t(3, 1, 4)),
          ({"BLOCK": 32, "ROW_MODE": 0, "VEC": 2, "UNROLL": 1}, {"BLOCK": 32, "ROW_MODE": 0, "ROWS": 2, "VEC": 2}),
          misaligned=True),
@@ -644,25 +657,45 @@ def _emulated(tmp: str) -> tuple[Path, dict[str, list[tuple[int, Run]]]]:
     return _build(runs, Path(tmp)), by_case
 
 
-@needs_gxx
-@pytest.mark.parametrize("case", [c.name for c in CASES if c.run])
-def test_generated_cuda_runs_correctly_on_the_cpu(case, tmp_path_factory):
+def _emulated_outputs(case: str, tmp_path_factory):
+    """(run, output name, interpreted output, emulated output's raw bytes) for each run of the case."""
     exe, by_case = _emulated(str(tmp_path_factory.getbasetemp()))
     inputs = _case_values(case)
     work = tmp_path_factory.mktemp(case)
     for name, value in inputs.items():
         (work / _file(name)).write_bytes(value.contiguous().view(-1).view(torch.uint8).numpy().tobytes())
-    by_rows: dict = {}        # schedule without ROWS -> outputs: ROWS must not change a single bit
     for index, run in by_case[case]:
         expected = interpret(run.graph, inputs)
         done = subprocess.run([str(exe), str(index), str(work)], capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         for name, ref in zip(run.graph.outputs, expected):
-            raw = bytearray((work / f"out_{_file(name)}").read_bytes())
-            got = torch.frombuffer(raw, dtype=ref.dtype).reshape(ref.shape)
-            tol = 1e-2 if ref.dtype in (torch.float16, torch.bfloat16) else 1e-4
-            torch.testing.assert_close(got, ref, atol=tol, rtol=tol, equal_nan=True,
-                                       msg=lambda m: f"{case} {name} at {run.schedule} (misaligned={run.pad}): {m}")
-            key = (name, run.pad, tuple(sorted((k, v) for k, v in run.schedule.items() if k != "ROWS")))
-            seen = by_rows.setdefault(key, bytes(raw))
-            assert seen == bytes(raw), f"{case} {name}: ROWS={run.schedule.get('ROWS')} changed the result bits"
+            yield run, name, ref, bytearray((work / f"out_{_file(name)}").read_bytes())
+
+
+@needs_gxx
+@pytest.mark.parametrize("case", [c.name for c in CASES if c.run])
+def test_generated_cuda_runs_correctly_on_the_cpu(case, tmp_path_factory):
+    by_rows: dict = {}        # schedule without ROWS -> outputs: ROWS must not change a single bit
+    for run, name, ref, raw in _emulated_outputs(case, tmp_path_factory):
+        got = torch.frombuffer(raw, dtype=ref.dtype).reshape(ref.shape)
+        tol = 1e-2 if ref.dtype in (torch.float16, torch.bfloat16) else 1e-4
+        torch.testing.assert_close(got, ref, atol=tol, rtol=tol, equal_nan=True,
+                                   msg=lambda m: f"{case} {name} at {run.schedule} (misaligned={run.pad}): {m}")
+        key = (name, run.pad, tuple(sorted((k, v) for k, v in run.schedule.items() if k != "ROWS")))
+        seen = by_rows.setdefault(key, bytes(raw))
+        assert seen == bytes(raw), f"{case} {name}: ROWS={run.schedule.get('ROWS')} changed the result bits"
+
+
+@needs_gxx
+@pytest.mark.parametrize("case,dim", [("sum_partial_rows", 1), ("sum_partial_cols", 0)])
+def test_fp32_partials_stay_within_their_bound(case, dim, tmp_path_factory):
+    """A thread sums at most PART_ELEMENTS elements in fp32 before its double accumulator, so a sum
+    is off by at most that many fp32 roundings of its magnitudes (plus the result's own rounding).
+    Here a thread's share is 128 elements or more: one fp32 sum over it would drop every 0.06 after
+    the 2^20 (about 7.6 where the bound is 0.56)."""
+    x = _case_values(case)[f"{case}_0"].double()
+    exact = x.sum(dim)
+    bound = lr.PART_ELEMENTS * 2.0 ** -24 * x.abs().sum(dim) + exact.abs() * 2.0 ** -24
+    for run, name, ref, raw in _emulated_outputs(case, tmp_path_factory):
+        err = (torch.frombuffer(raw, dtype=torch.float32).double() - exact).abs()
+        assert (err <= bound).all(), f"{case} at {run.schedule}: error {err.max():.3g} over the bound {bound.min():.3g}"

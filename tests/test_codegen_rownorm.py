@@ -36,6 +36,7 @@ import core.codegen.lower_rownorm as rn
 from core.codegen import CodegenError, Graph, generate, generate_from_graph
 from core.codegen.capture import capture_module
 from core.codegen.generate import GeneratedProgram
+from core.codegen.lower_reduce import PART_ELEMENTS
 from core.codegen.partition import canonicalize, partition
 from core.program import KernelProgram, LaunchLimits, TensorArg, TensorInfo
 from core.search.space import env_from_task
@@ -241,6 +242,14 @@ def _softmax_by_hand(m, x):
     return e / e.sum(-1, keepdim=True) * m.w
 
 
+def _large_then_small(shape: tuple[int, ...], dim: int) -> torch.Tensor:
+    """0.06 everywhere and 2^20 first along dim: 0.06 is under half of 2^20's fp32 ulp (0.125), so an
+    fp32 sum that holds the 2^20 drops every 0.06 added to it."""
+    x = torch.full(shape, 0.06)
+    x.narrow(dim, 0, 1).fill_(2.0 ** 20)
+    return x
+
+
 def _hoisted_factors(m, x, y):
     weighted = ((x / x.norm(dim=-1, keepdim=True)) * y * m.w / m.r).sum(-1)
     return weighted + (x * x.amax(-1, keepdim=True)).mean(-1)
@@ -296,6 +305,9 @@ CASES: dict[str, tuple[torch.nn.Module, list[torch.Tensor], list[str]]] = {
                     [_randn(64, 300), torch.randint(0, 64, (1, 300), generator=_gen(13))], ["x", "i"]),
     "strided_stats": (Fn(_strided_stats, w=_randn(16, 1, seed=8), b=_randn(1, 40, seed=9)),
                       [_randn(4, 16, 40, scale=2.0, shift=50.0, seed=10)], ["x"]),
+    # A large element, then elements under half its fp32 ulp: test_fp32_partials_stay_within_their_bound.
+    "partial_rows": (Fn(lambda m, x: x / x.sum(-1, keepdim=True)), [_large_then_small((3, 2048), -1)], ["x"]),
+    "partial_cols": (Fn(lambda m, x: x / x.sum(1, keepdim=True)), [_large_then_small((2, 1024, 8), 1)], ["x"]),
 }
 
 
@@ -490,6 +502,27 @@ def test_generated_cuda_runs_correctly_on_the_cpu():
                 tol = _tolerance(want)
                 torch.testing.assert_close(g, want, atol=tol, rtol=tol, equal_nan=True,
                                            msg=lambda m: f"{name} {schedule} (misaligned={misaligned}): {m}")
+
+
+@needs_gxx
+@pytest.mark.parametrize("name,dim,overrides", [
+    ("partial_rows", -1, [{"CACHE": 1, "ROW_MODE": 0, "BLOCK": 32, "VEC": 4, "ITEMS": 4},    # 2048 / 32 threads:
+                          {"CACHE": 1, "ROW_MODE": 1, "BLOCK": 32, "VEC": 1, "ITEMS": 16}]),  # 64 elements each
+    ("partial_cols", 1, [{"CACHE": 1, "BLOCK": 32, "COLW": 4, "VEC": 2, "ITEMS": 16}]),   # 8 threads a row: 128 each
+])
+def test_fp32_partials_stay_within_their_bound(name, dim, overrides):
+    """A thread sums at most PART_ELEMENTS elements in fp32 before its double accumulator: the
+    row's sum is off by at most that many fp32 roundings of its magnitudes, so each output x / sum
+    is within that (relative to the sum) and two roundings. One fp32 sum over a thread's share would
+    drop every 0.06 after the 2^20, an error of 7e-6 where the bound is 7e-7."""
+    x = CASES[name][1][0].double()
+    total = x.sum(dim, keepdim=True)
+    exact = x / total
+    bound = PART_ELEMENTS * 2.0 ** -24 * x.abs().sum(dim, keepdim=True) / total.abs() + 2 * 2.0 ** -24
+    runs = [(_case_gen(name).spec.default(), False)] + [(_schedule(name, o), False) for o in overrides]
+    for (schedule, _), (got,) in zip(runs, emulate(name, runs)):
+        rel = (got.double() - exact).abs() / exact.abs()
+        assert (rel <= bound).all(), f"{name} at {schedule}: relative error {rel.max():.3g} over {bound.min():.3g}"
 
 
 # ---- canonical rewrites, constraints, refusals ------------------------------------------------------

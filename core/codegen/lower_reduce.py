@@ -104,6 +104,11 @@ ROWS_VALUES = (1, 2, 4)                # outputs per block (or warp) of the rows
 ROWS_MIN_THREADS = 132 * 2048         # ROWS > 1 must leave a grid that can fill an H200 (132 SMs x 2048 threads)
 SPLIT_VALUES = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 PARTIAL_DTYPE = {"double": "float64", "float": "float32", "long long": "int64", "int": "int32"}
+# fp32 elements a thread sums before the group's total goes into its double accumulator: a sum's
+# conversion to double and double add (the GPU's quarter-rate conversion pipe, which also runs exp)
+# once per group instead of once per element, at an error of at most 7 fp32 roundings of the
+# group's magnitudes (docs/codegen.md, numerics).
+PART_ELEMENTS = 8
 INT_LIMITS = {"int": ("(-2147483647 - 1)", "2147483647"),
               "long long": ("(-9223372036854775807LL - 1)", "9223372036854775807LL")}
 
@@ -719,6 +724,49 @@ def _ident(ctype: str, extreme: str) -> str:
     return lo if extreme == "max" else hi
 
 
+def _part_fields(a: _Anchor) -> list[str]:
+    """The fields of the fp32 partial (docs/codegen.md: numerics) that feeds the accumulator of a
+    sum-like anchor over float elements; [] where each element goes into the accumulator itself
+    (max, argmax, prod, integer and double sums)."""
+    if a.xt != "float":
+        return []
+    if a.kind in ("sum", "mean"):
+        return ["s"] if a.at == "double" else []
+    if a.kind == "norm":
+        return [] if math.isinf(a.ord) else ["s"]
+    if a.kind in ("var", "std"):
+        return ["s", "ss"]
+    if a.kind in ("var_mean", "std_mean"):
+        return ["s", "ss", "s0"]
+    return []
+
+
+def _part_code(a: _Anchor) -> list[str]:
+    """Part, part_init, part_add and acc_take for an anchor with a partial."""
+    fields = _part_fields(a)
+    fabs = "fabsf(x)"
+    if a.kind in ("sum", "mean"):
+        add = "p.s += x;"
+    elif a.kind == "norm":
+        add = {2: "p.s += x * x;", 1: f"p.s += {fabs};", 0: "p.s += (x != 0.0f) ? 1.0f : 0.0f;"}.get(
+            a.ord, f"p.s += {math_fn('pow', 'float')}({fabs}, {literal(a.ord, 'float')});")
+    else:
+        # sh is a float element (the row's first), so (float)sh is exact.
+        add = "const float d = x - (float)sh; p.s += d; p.ss += d * d;" + (" p.s0 += x;" if "s0" in fields else "")
+    return [f"// fp32 sums of up to {PART_ELEMENTS} elements, each group's total added to the double accumulator at once.",
+            "struct Part { " + " ".join(f"float {f};" for f in fields) + " };",
+            "CA_HD Part part_init() { Part p; " + " ".join(f"p.{f} = 0.0f;" for f in fields) + " return p; }",
+            f"CA_HD void part_add(Part& p, float x, idx_t j, double sh) {{ {add} }}",
+            "CA_HD void acc_take(Acc& a, const Part& p) { " + " ".join(f"a.{f} += (double)p.{f};" for f in fields) + " }"]
+
+
+def part_group_steps(per_step: str) -> str:
+    """C expression: how many loop steps of per_step elements (a C expression) fill one partial group."""
+    if per_step == "1":
+        return str(PART_ELEMENTS)
+    return f"(({PART_ELEMENTS} / ({per_step})) > 0 ? ({PART_ELEMENTS} / ({per_step})) : 1)"
+
+
 def _acc_code(a: _Anchor) -> str:
     fields = _acc_fields(a)
     xt, k = a.xt, a.kind
@@ -779,6 +827,8 @@ def _acc_code(a: _Anchor) -> str:
               "    Acc b;"]
     lines += [f"    b.{n} = __shfl_xor_sync(0xffffffffu, a.{n}, o);" for n, _ in fields]
     lines += ["    return b;", "}"]
+    if _part_fields(a):
+        lines += _part_code(a)
     return "\n".join(lines)
 
 
@@ -1038,11 +1088,18 @@ def _rows_body(plan: _Plan, w: str, u: str) -> list[str]:
             L.append(f"{ind}    G_{i.cname}[u] = {i.cname}[{off}];")
     args = [f"h_{i.cname}" if i.hoisted else f"L_{i.cname}[u].v[k]" if i.last == 1 else f"G_{i.cname}[u]"
             for i in plan.pro_ins]
-    L += [f"{ind}}}",
-          f"{ind}#pragma unroll", f"{ind}for (int u = 0; u < {u}; ++u) {{",
+    parts = bool(_part_fields(plan.anchor))
+    L += [f"{ind}}}"]
+    if parts:
+        L.append(f"{ind}Part part = part_init();")
+    L += [f"{ind}#pragma unroll", f"{ind}for (int u = 0; u < {u}; ++u) {{",
           f"{ind}    #pragma unroll", f"{ind}    for (int k = 0; k < {w}; ++k)",
-          f"{ind}        acc_add(acc, pro({', '.join(args)}), j + (idx_t)u * step + k, sh);",
-          f"{ind}}}"]
+          f"{ind}        {'part_add(part' if parts else 'acc_add(acc'}, pro({', '.join(args)}), "
+          f"j + (idx_t)u * step + k, sh);"]
+    if parts:
+        L.append(f"{ind}    if ((u + 1) % {part_group_steps(w)} == 0 || u + 1 == {u}) "
+                 "{ acc_take(acc, part); part = part_init(); }")
+    L.append(f"{ind}}}")
     return L
 
 
@@ -1149,11 +1206,20 @@ def _cols_body(plan: _Plan, vector: bool, u: str) -> list[str]:
             L.append(f"{ind}    G_{i.cname}[u] = {i.cname}[{off}];")
     args = [f"H_{i.cname}[k]" if i.hoisted else f"L_{i.cname}[u].v[k]" if i.last == 1 else f"G_{i.cname}[u]"
             for i in plan.pro_ins]
-    L += [f"{ind}}}",
-          f"{ind}#pragma unroll", f"{ind}for (int u = 0; u < {u}; ++u) {{",
+    parts = bool(_part_fields(plan.anchor))
+    L += [f"{ind}}}"]
+    if parts:
+        L += [f"{ind}Part part[VEC];", f"{ind}#pragma unroll", f"{ind}for (int k = 0; k < VEC; ++k) part[k] = part_init();"]
+    L += [f"{ind}#pragma unroll", f"{ind}for (int u = 0; u < {u}; ++u) {{",
           f"{ind}    #pragma unroll", f"{ind}    for (int k = 0; k < VEC; ++k)",
-          f"{ind}        acc_add(acc[k], pro({', '.join(args)}), j + (idx_t)u * rows, sh[k]);",
-          f"{ind}}}"]
+          f"{ind}        {'part_add(part[k]' if parts else 'acc_add(acc[k]'}, pro({', '.join(args)}), "
+          f"j + (idx_t)u * rows, sh[k]);"]
+    if parts:
+        L += [f"{ind}    if ((u + 1) % {part_group_steps('1')} == 0 || u + 1 == {u}) {{",
+              f"{ind}        #pragma unroll",
+              f"{ind}        for (int k = 0; k < VEC; ++k) {{ acc_take(acc[k], part[k]); part[k] = part_init(); }}",
+              f"{ind}    }}"]
+    L.append(f"{ind}}}")
     return L
 
 

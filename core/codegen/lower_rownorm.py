@@ -60,6 +60,7 @@ from core.codegen.graph import Graph, GraphInput, Node, Ref
 # expressions) and element chains are reused as they are, each anchor in a namespace of its own.
 from core.codegen.lower_pointwise import Lowering, _cname
 from core.codegen.lower_reduce import ANCHORS, _acc_code, _acc_fields, _Anchor, _emit_chain, _offset_expr, \
+    _part_fields, part_group_steps, \
     _parse_anchor, _result_exprs, _var_helper
 from core.codegen.pointwise_ops import IOTA, is_pointwise
 from core.codegen.schedule import Knob, ScheduleSpec
@@ -653,6 +654,8 @@ def _emit_pass(plan: _Plan, index: int, var: dict[str, tuple[str, str]]) -> list
         else:
             L += _load_vector(i, f"L_{i.cname}[it]", ind2)
     L += [f"{ind}    }}", f"{ind}}}"]
+    parted = [r for r in reds if _part_fields(r.anchor)]
+    L += [f"{ind}a{r.index}::Part P{r.index} = a{r.index}::part_init();" for r in parted]
     L += head
     for o in stores:
         L.append(f"{ind2}vec_t<{o.ctype}, VEC> O_{o.cname};")
@@ -665,7 +668,8 @@ def _emit_pass(plan: _Plan, index: int, var: dict[str, tuple[str, str]]) -> list
     L += _element_code(plan, ins, elements, local, ind3)
     for r in reds:
         sh = f"sh{r.index}" if r.anchor.kind in ("var", "std", "var_mean", "std_mean") else "0.0"
-        L.append(f"{ind3}a{r.index}::acc_add(A{r.index}, {_reduced_value(r, local)}, j, {sh});")
+        add, acc = ("part_add", f"P{r.index}") if r in parted else ("acc_add", f"A{r.index}")
+        L.append(f"{ind3}a{r.index}::{add}({acc}, {_reduced_value(r, local)}, j, {sh});")
     values = {v.name: v for v in list(graph.inputs) + graph.nodes}
     for s, o in zip(sinks if final else [], stores):
         L.append(f"{ind3}O_{o.cname}.v[k] = {store_expr(values[s].dtype, local[s][0])};")
@@ -678,7 +682,13 @@ def _emit_pass(plan: _Plan, index: int, var: dict[str, tuple[str, str]]) -> list
               f"{ind2}    for (int k = 0; k < VEC; ++k) {o.cname}[kb_{o.cname} + {o.red_off('(c * VEC + k)')}] = "
               f"O_{o.cname}.v[k];",
               f"{ind2}}}"]
-    L += [f"{ind}    }}", f"{ind}}}", "    }"]
+    L.append(f"{ind}    }}")
+    if parted:   # a full group (or the tile's last item) goes into the double accumulators
+        L += [f"{ind}    if ((it + 1) % {part_group_steps('VEC')} == 0 || it + 1 == ITEMS) {{"]
+        L += [f"{ind}        a{r.index}::acc_take(A{r.index}, P{r.index}); P{r.index} = a{r.index}::part_init();"
+              for r in parted]
+        L.append(f"{ind}    }}")
+    L += [f"{ind}}}", "    }"]
     if reds:
         L += _emit_merge(plan, reds, index)
         for r in reds:
@@ -1050,6 +1060,10 @@ def _emit_cols_pass(plan: _Plan, index: int, var: dict[str, tuple[str, str]]) ->
         else:
             L += _cols_load(i, f"L_{i.cname}[it]", "j", ind2)
     L += [f"{ind}    }}", f"{ind}}}"]
+    parted = [r for r in reds if _part_fields(r.anchor)]
+    for r in parted:
+        L += [f"{ind}a{r.index}::Part P{r.index}[VEC];", f"{ind}#pragma unroll",
+              f"{ind}for (int k = 0; k < VEC; ++k) P{r.index}[k] = a{r.index}::part_init();"]
     L += head
     L += [f"{ind2}vec_t<{o.ctype}, VEC> O_{o.cname};" for o in stores]
     L += [f"{ind2}#pragma unroll", f"{ind2}for (int k = 0; k < VEC; ++k) {{   // row r0 + k"]
@@ -1059,7 +1073,8 @@ def _emit_cols_pass(plan: _Plan, index: int, var: dict[str, tuple[str, str]]) ->
     L += _element_code(plan, ins, elements, local, ind3)
     for r in reds:
         sh = f"sh{r.index}[k]" if r.anchor.kind in ("var", "std", "var_mean", "std_mean") else "0.0"
-        L.append(f"{ind3}a{r.index}::acc_add(A{r.index}[k], {_reduced_value(r, local)}, j, {sh});")
+        add, acc = ("part_add", f"P{r.index}[k]") if r in parted else ("acc_add", f"A{r.index}[k]")
+        L.append(f"{ind3}a{r.index}::{add}({acc}, {_reduced_value(r, local)}, j, {sh});")
     values = {v.name: v for v in list(graph.inputs) + graph.nodes}
     for sink, o in zip(sinks if stores else [], stores):
         L.append(f"{ind3}O_{o.cname}.v[k] = {store_expr(values[sink].dtype, local[sink][0])};")
@@ -1071,7 +1086,14 @@ def _emit_cols_pass(plan: _Plan, index: int, var: dict[str, tuple[str, str]]) ->
               f"{ind2}    #pragma unroll",
               f"{ind2}    for (int k = 0; k < VEC; ++k) ({base})[k] = O_{o.cname}.v[k];",
               f"{ind2}}}"]
-    L += [f"{ind}    }}", f"{ind}}}", "    }"]
+    L.append(f"{ind}    }}")
+    if parted:   # a full group (or the tile's last item) goes into the double accumulators
+        L += [f"{ind}    if ((it + 1) % {part_group_steps('1')} == 0 || it + 1 == ITEMS) {{",
+              f"{ind}        #pragma unroll", f"{ind}        for (int k = 0; k < VEC; ++k) {{"]
+        L += [f"{ind}            a{r.index}::acc_take(A{r.index}[k], P{r.index}[k]); "
+              f"P{r.index}[k] = a{r.index}::part_init();" for r in parted]
+        L += [f"{ind}        }}", f"{ind}    }}"]
+    L += [f"{ind}}}", "    }"]
     if reds:
         L += ["    // Merge the rows' accumulators: the lanes of a warp that share them (xor of COLW and up),",
               "    // then the warps' totals in warp order. Inactive threads take part with empty ones.",
