@@ -50,15 +50,21 @@ def profile(spec: str, out: Path, n: int, extra: list[str]) -> list[dict[str, st
            sys.executable, str(ROOT / "bench" / "kernel_times.py"), spec, "--reps", "1", *extra]
     done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     csv_path.write_text(done.stdout)
-    rows = [line for line in done.stdout.splitlines() if line.startswith('"')]
-    if done.returncode != 0 or len(rows) < 2:
+    firsts = first_launches(done.stdout)
+    if done.returncode != 0 or not firsts:
         print(f"## {spec}: ncu failed (exit {done.returncode}): {done.stderr[-800:]}")
-        return []
-    table = list(csv.DictReader(io.StringIO("\n".join(rows))))
+    return firsts
+
+
+def first_launches(output: str) -> list[dict[str, str]]:
+    """The rows of ncu's raw CSV page (mixed with the profiled program's own output) for the first
+    launch of each kernel, in launch order; the units row after the header is skipped."""
+    lines = [line for line in output.splitlines() if line.startswith('"')]
+    table = list(csv.DictReader(io.StringIO("\n".join(lines))))
     seen, firsts = set(), []
-    for row in table[1:] if table and table[0].get("ID", "").strip() == "" else table:   # row 0: units
+    for row in table:
         name = row.get("Kernel Name", "")
-        if name and name not in seen:
+        if row.get("ID", "").strip() and name and name not in seen:
             seen.add(name)
             firsts.append(row)
     return firsts

@@ -114,3 +114,25 @@ def test_kernel_times_reads_task_and_knob_changes():
     assert kt.parse("softmax_dim1_fp16:BLOCK=128, CACHE=2") == ("softmax_dim1_fp16", {"BLOCK": 128, "CACHE": 2})
     with pytest.raises(ValueError):
         kt.parse("act_gelu:BLOCK=big")
+
+
+def test_kernel_times_edits_the_source_or_says_what_is_wrong():
+    kt = _script("kernel_times")
+    assert kt.edited("a += (double)x; b", ["(double)x=>x"]) == "a += x; b"
+    with pytest.raises(ValueError, match="not in the source"):
+        kt.edited("a += x;", ["(double)x=>x"])
+    with pytest.raises(ValueError, match="no =>"):
+        kt.edited("a += x;", ["(double)x"])
+
+
+def test_ncu_table_keeps_the_first_launch_of_each_kernel():
+    output = "\n".join([
+        "GPU NVIDIA H200, copy 4111 GB/s",                      # the profiled program's own lines
+        '"ID","Kernel Name","gpu__time_duration.sum"',
+        '"","","nsecond"',                                      # units
+        '"0","t_rownorm0","215000"', '"1","t_reduce1","4400"', '"2","t_rownorm0","214000"',
+        "whole program 233.6 us",
+    ])
+    rows = _script("ncu_table").first_launches(output)
+    assert [(r["Kernel Name"], r["gpu__time_duration.sum"]) for r in rows] == [("t_rownorm0", "215000"),
+                                                                                ("t_reduce1", "4400")]
