@@ -17,6 +17,10 @@
 # running at it stops and keeps what it measured, so the call ends inside the device's per-command limit.
 # TIMED_MS (default 25, as the evaluator's; docs/performance.md) is each timing's
 # timed wall time (bench/sweep.py --timed-ms).
+# KNOWN (a JSON file of best schedules, e.g. docs/results/best-schedules-2026-12-02.json) is passed to
+# bench/sweep.py --known: each task's known best is evaluated right after its default. One run of every
+# task on one machine (about 20 s a task): KNOWN=... EVALS=3 SHARD_TOTAL=2 SHARD_BASE=0 bench/gpu_session.sh all,
+# then SHARD_BASE=1 in the next call.
 # BEFORE, a shell command, runs on GPU 0 after its tests and before its shard, with $BEFORE_OUT a
 # folder that comes back as before.tar.gz (its output goes to before.log).
 set -uo pipefail
@@ -71,6 +75,7 @@ run_shard() {   # GPU index i: (tests on GPU 0 first), then its sweep shard with
     local left=$((deadline - SECONDS))
     local task_args=()
     if [ "${#tasks[@]}" -gt 0 ]; then task_args=(--tasks "${tasks[@]}"); fi
+    if [ -n "${KNOWN:-}" ]; then task_args+=(--known "$KNOWN"); fi
     mkdir -p "$out/shard$i"
     CUDA_VISIBLE_DEVICES=$i python3 bench/sweep.py "${args[@]}" "${task_args[@]}" \
         --timed-ms "${TIMED_MS:-25}" --shard "$((shard_base + i))/$shard_total" --deadline "$left" --out "$out/shard$i" \
