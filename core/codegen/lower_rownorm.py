@@ -875,29 +875,30 @@ def _cols_registers(plan: _Plan, s: Any) -> float:
     return 24 + cached + s["VEC"] * state
 
 
+# The cols default: each row read COLS_SEGMENT_BYTES wide by a block's COLW threads (two 32-byte
+# sectors), BLOCK=COLS_DEFAULT_BLOCK, and the rows in registers only while a thread's registers stay
+# within COLS_MAX_REGISTERS (1024 threads per SM). In the whole-space records of softmax_dim1_fp16
+# (2026-11-30, H200) every schedule within 10 % of the best read 32-64 bytes of a row at 128-256
+# threads, and the register-cached blocks of 512 threads the old default chose ran 2.8x slower.
+COLS_SEGMENT_BYTES = 64
+COLS_DEFAULT_BLOCK = 256
+COLS_MAX_REGISTERS = 64
+
+
 def _cols_default(plan: _Plan, vec0: int) -> dict[str, int]:
-    L, words = plan.row_len, _cache_words(plan)
-    base = {"VEC": vec0}
-    if plan.cached:
-        fits = []
-        for k, colw in enumerate(COLW_VALUES):
-            if colw > 4 and colw * vec0 > plan.n_rows:
-                continue                  # more rows per block than there are
-            for block in (256, 512, 1024):
-                items = _pow2_ceil(-(-L // (block // colw)))
-                s = {**base, "BLOCK": block, "COLW": colw, "ITEMS": items, "CACHE": CACHE_REGISTERS}
-                if items <= MAX_ITEMS and items * vec0 * words <= MAX_CACHE_WORDS[block] and \
-                        _cols_static_smem(plan, s) <= STATIC_SMEM_BYTES and \
-                        _cols_registers(plan, s) <= min(255, 65536 // block):
-                    fits.append((items * vec0 * words > 16, k, block, s))
-        if fits:
-            return min(fits, key=lambda f: f[:3])[3]
-    block, colw = 256, 32
-    while colw > 4 and (_cols_static_smem(plan, {**base, "BLOCK": block, "COLW": colw}) > STATIC_SMEM_BYTES
-                        or colw * vec0 > plan.n_rows):
-        colw //= 2
+    L, words, block = plan.row_len, _cache_words(plan), COLS_DEFAULT_BLOCK
+    colw = next((c for c in COLW_VALUES if c * vec0 * _widest(plan) <= COLS_SEGMENT_BYTES), COLW_VALUES[-1])
+    while colw > COLW_VALUES[-1] and (colw * vec0 > plan.n_rows or _cols_static_smem(
+            plan, {"VEC": vec0, "BLOCK": block, "COLW": colw}) > STATIC_SMEM_BYTES):
+        colw //= 2                        # no more rows per block than there are; merges within static smem
+    out = {"VEC": vec0, "BLOCK": block, "COLW": colw}
+    items = _pow2_ceil(-(-L // (block // colw)))
+    in_registers = {**out, "ITEMS": items, "CACHE": CACHE_REGISTERS}
+    if plan.cached and items <= MAX_ITEMS and items * vec0 * words <= MAX_CACHE_WORDS[block] and \
+            _cols_registers(plan, in_registers) <= COLS_MAX_REGISTERS:
+        return in_registers
     steps = L / (block // colw)
-    out = {**base, "BLOCK": block, "COLW": colw, "ITEMS": 4 if steps >= 8 else 2 if steps >= 4 else 1}
+    out["ITEMS"] = 4 if steps >= 8 else 2 if steps >= 4 else 1
     if plan.cached:
         out["CACHE"] = CACHE_SHARED if _cols_dynamic_smem(plan, {**out, "CACHE": 2}) <= MAX_SMEM_BYTES else CACHE_NONE
     return out
