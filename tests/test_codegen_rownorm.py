@@ -144,6 +144,44 @@ def test_factors_constant_along_the_reduced_dims_leave_the_sum():
     assert not any("hoisted" in o for o in ops), ops
 
 
+def _row_source(fn: Callable, shapes: list[tuple[int, ...]], dtype: torch.dtype = torch.float32) -> str:
+    """The generated source of fn's row group (one kernel), captured on meta tensors."""
+    inputs = [torch.empty(s, device="meta", dtype=dtype) for s in shapes]
+    gen = generate_from_graph(capture_module(Fn(fn).to("meta"), inputs, "g", [f"x{i}" for i in range(len(inputs))]))
+    assert gen.family == "rownorm", gen.family
+    return gen.program.source
+
+
+def test_divisions_by_a_row_constant_become_one_reciprocal_per_row():
+    src = _row_source(lambda m, x: torch.softmax(x, -1), [(300, 64)])
+    assert "reciprocal.default" in src and "div.Tensor" not in src
+    assert re.search(r"= \(e\d+ \* c\d+_0\);  // mul.Tensor", src), src
+    # fp16: the reciprocal is computed in fp32 and not rounded to fp16.
+    src = _row_source(lambda m, x: x / x.sum(-1, keepdim=True), [(300, 64)], torch.float16)
+    rcp = re.search(r"(\w+) (\w+) = \(1\.0f / [^;]+\);  // reciprocal.default\n(.*)", src)
+    assert rcp and rcp.group(1) == "float" and "round_f16" not in rcp.group(3), src
+    # A divisor that varies along the row, and a floor division, stay divisions.
+    src = _row_source(lambda m, x, y: x / (y + 1.0) / x.sum(-1, keepdim=True), [(300, 64), (300, 64)])
+    assert src.count("div.Tensor") == 1 and "reciprocal.default" in src
+    src = _row_source(lambda m, x: torch.div(x, x.amax(-1, keepdim=True), rounding_mode="floor"), [(300, 64)])
+    assert "reciprocal.default" not in src
+
+
+def test_fast_exp_only_where_its_error_reaches_fp16_or_bf16_roundings_alone():
+    def fast_exps(fn, dtype, shape=(300, 64)):
+        body = _row_source(fn, [shape], dtype)
+        return body.count("ca_exp_fast(e"), body.count("expf(e")
+    # fp16/bf16 softmaxes: the exp reaches the output through the row sum and a product only.
+    assert fast_exps(lambda m, x: torch.softmax(x, 1), torch.float16, (8, 40, 24)) == (2, 0)
+    assert fast_exps(lambda m, x: torch.softmax(x, -1), torch.bfloat16) == (2, 0)
+    # fp32 results, a log of the sum (log-softmax: an absolute error) and an exp that is also added
+    # keep the precise expf.
+    assert fast_exps(lambda m, x: torch.softmax(x, -1), torch.float32)[0] == 0
+    assert fast_exps(lambda m, x: torch.log_softmax(x, -1), torch.bfloat16)[0] == 0
+    assert fast_exps(lambda m, x: torch.softmax(x.float(), -1) + x.float(), torch.float16)[0] == 0
+    assert fast_exps(lambda m, x: torch.softmax(x.float(), -1), torch.float16)[0] == 0   # fp32 output
+
+
 # ---- NVRTC ------------------------------------------------------------------------------------------
 
 @needs_nvrtc

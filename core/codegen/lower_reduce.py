@@ -876,8 +876,10 @@ CA_HD double var_of(const Acc& a) {{
 
 
 def _emit_chain(graph: Graph, nodes: list[Node], var: dict[str, tuple[str, str]], prefix: str,
-                indent: str) -> list[str]:
-    """C statements computing nodes (in order) into variables; `var` gains each node's variable."""
+                indent: str, fast: frozenset[str] | set[str] = frozenset()) -> list[str]:
+    """C statements computing nodes (in order) into variables; `var` gains each node's variable.
+    Nodes named in `fast` may use pointwise_ops.FAST_OPS forms (the caller shows their error is
+    invisible in the result)."""
     values = _values(graph)
     lines = []
     for i, node in enumerate(nodes):
@@ -888,7 +890,7 @@ def _emit_chain(graph: Graph, nodes: list[Node], var: dict[str, tuple[str, str]]
                 src, have = var[node.operands[0].name]
                 expr = src if have == ct else f"(({ct}){src})"
             else:
-                expr = _node_expr(node, ct, var, values)
+                expr = _node_expr(node, ct, var, values, fast=node.name in fast)
         except LoweringError as exc:
             raise _error(graph, f"the reduce family cannot lower '{node.op}' (node '{node.name}'): {exc} is "
                                 f"not supported.", [node.op]) from exc

@@ -58,11 +58,11 @@ from core.codegen.errors import CodegenError
 from core.codegen.graph import Graph, GraphInput, Node, Ref
 # The reduce family's accumulators (one struct per reduction kind, its merge and shuffle, the result
 # expressions) and element chains are reused as they are, each anchor in a namespace of its own.
-from core.codegen.lower_pointwise import Lowering, _cname
+from core.codegen.lower_pointwise import Lowering, _cname, fast_nodes
 from core.codegen.lower_reduce import ANCHORS, _acc_code, _acc_fields, _Anchor, _emit_chain, _offset_expr, \
     _part_fields, part_group_steps, \
     _parse_anchor, _result_exprs, _var_helper
-from core.codegen.pointwise_ops import IOTA, is_pointwise
+from core.codegen.pointwise_ops import IDENTITY_OPS, IOTA, is_pointwise
 from core.codegen.schedule import Knob, ScheduleSpec
 
 Shape = tuple[int, ...]
@@ -177,6 +177,7 @@ class _Plan:
     pass_inputs: list[list[_Input]]   # row-varying inputs each pass reads
     cached: list[_Input]              # vector inputs read by two passes or more
     knobs: list[Knob] = field(default_factory=list)
+    fast: set[str] = field(default_factory=set)   # nodes that may use FAST_OPS forms (approximable)
 
     @property
     def n_phases(self) -> int:
@@ -705,7 +706,7 @@ def _element_code(plan: _Plan, ins: list[_Input], elements: list[Node], var: dic
         raw = f"G_{i.cname}[it]" if i.kind == "chunk" else f"L_{i.cname}[it].v[k]"
         lines.append(f"{indent}const {COMPUTE_CTYPE[i.value.dtype]} x_{i.cname} = {load_expr(i.value.dtype, raw)};")
         var[i.value.name] = (f"x_{i.cname}", COMPUTE_CTYPE[i.value.dtype])
-    return lines + _emit_chain(plan.graph, _bind_iotas(plan, elements, var, "j"), var, "e", indent)
+    return lines + _emit_chain(plan.graph, _bind_iotas(plan, elements, var, "j"), var, "e", indent, plan.fast)
 
 
 def _bind_iotas(plan: _Plan, nodes: list[Node], var: dict[str, tuple[str, str]], j: str) -> list[Node]:
@@ -1208,9 +1209,95 @@ def _emit_cols_kernel(plan: _Plan) -> str:
 
 # ---- the family entry point ----------------------------------------------------------------------
 
+def reciprocal_divisors(graph: Graph) -> Graph:
+    """The group with every division of a row's elements by a row-constant value (a softmax's sum, a
+    row's norm) made a product with that value's reciprocal, which is then computed once per row
+    (`reciprocal` of the divisor, in fp32, or fp64 when either side is fp64, never rounded to
+    fp16/bf16). An IEEE division costs about ten instructions and a slow-path branch per element,
+    a product one; the result differs from the quotient by at most one more rounding of the
+    compute type (docs/codegen.md, numerics)."""
+    anchors = [n for n in graph.nodes if n.op in ROW_OPS]
+    parsed = _parse_anchor(anchors[0], graph) if anchors else None
+    if not isinstance(parsed, _Anchor):
+        return graph                         # _plan reports what is wrong with the group
+    space = tuple(parsed.src.shape)
+    reduced = [d for d in parsed.dims if space[d] > 1]
+
+    def row_constant(name: str) -> bool:
+        al = _aligned(tuple(graph.value(name).shape), space)
+        return al is not None and all(al[d] == 1 for d in reduced)
+
+    taken = {v.name for v in graph.inputs} | {n.name for n in graph.nodes}
+    nodes: list[Node] = []
+    for n in graph.nodes:
+        ops = n.operands
+        if (n.op == "div.Tensor" and n.attrs.get("rounding_mode") is None and len(ops) == 2
+                and all(isinstance(o, Ref) for o in ops) and n.dtype in FLOATS
+                and graph.value(ops[1].name).dtype in FLOATS
+                and not row_constant(ops[0].name) and row_constant(ops[1].name)):
+            divisor = graph.value(ops[1].name)
+            wide = "float64" in (n.dtype, divisor.dtype, graph.value(ops[0].name).dtype)
+            name, i = f"{n.name}_rcp", 0
+            while name in taken:
+                i += 1
+                name = f"{n.name}_rcp{i}"
+            taken.add(name)
+            nodes.append(Node(name, "reciprocal.default", [ops[1]], {}, tuple(divisor.shape),
+                              "float64" if wide else "float32"))
+            nodes.append(Node(n.name, "mul.Tensor", [ops[0], Ref(name)], {}, n.shape, n.dtype))
+        else:
+            nodes.append(n)
+    if len(nodes) == len(graph.nodes):
+        return graph
+    return Graph(graph.task, list(graph.inputs), nodes, list(graph.outputs), dict(graph.constants))
+
+
+# Ops through which a value's relative error reaches their result unchanged (plus their own rounding).
+RELATIVE_OPS = {"mul", "div", "reciprocal"} | IDENTITY_OPS
+# FAST_OPS forms with a relative error of about 1e-6 (ex2.approx / rcp.approx); tanh.approx's 2^-10.9
+# is only good when rounded to fp16/bf16 right after (fast_nodes).
+PRECISE_ENOUGH = {"exp", "sigmoid", "silu"}
+NONNEGATIVE = {"exp", "sigmoid"}
+
+
+def approximable(graph: Graph) -> set[str]:
+    """Nodes that may use pointwise_ops.FAST_OPS forms: those of lower_pointwise.fast_nodes (rounded
+    to fp16/bf16 right after), and fp32 exp/sigmoid/silu nodes whose error reaches only fp16/bf16
+    results, through products, quotients, conversions and sums or means of non-negative terms (a
+    softmax's exp and its row sum). Each of those keeps a relative error bound: an error of ~2^-17
+    (ex2.approx after the fp32 product x * log2(e), |x| <= 88) stays far below the 2^-11 (fp16) or
+    2^-8 (bf16) of the final rounding. Anything else (an add, a log, an output in fp32) ends it."""
+    readers: dict[str, list[Node]] = {}
+    for n in graph.nodes:
+        for o in n.operands:
+            if isinstance(o, Ref):
+                readers.setdefault(o.name, []).append(n)
+    fast = fast_nodes(graph)
+    # carries: an fp32 value whose relative error only ever reaches fp16/bf16 roundings as such.
+    carries: set[str] = set()
+    for n in reversed(graph.nodes):
+        if n.name in graph.outputs or not readers.get(n.name):
+            continue
+        if n.dtype != "float32" and not (n.dtype in ("float16", "bfloat16") and n.base in RELATIVE_OPS):
+            continue
+
+        def passes(r: Node) -> bool:
+            if r.base in RELATIVE_OPS and (r.dtype in ("float16", "bfloat16") or r.name in carries):
+                return r.base != "reciprocal" or r.operands[0] == Ref(n.name)
+            if r.op in ROW_KINDS["sum"] + ROW_KINDS["mean"] and r.operands[0] == Ref(n.name):
+                return n.base in NONNEGATIVE and r.name in carries
+            return False
+
+        if all(passes(r) for r in readers[n.name]):
+            carries.add(n.name)
+    return fast | {n.name for n in graph.nodes if n.name in carries and n.base in PRECISE_ENOUGH}
+
+
 def lower_rownorm(graph: Graph, kernel: str) -> Lowering:
     """One kernel for a row group: reductions over the same rows and the elementwise ops around them."""
+    graph = reciprocal_divisors(graph)
     plan = _plan(graph, kernel)
+    plan.fast = approximable(graph)
     if plan.cached and plan.row_bytes > MAX_REREAD_ROW_BYTES:
         raise _error(graph, f"rows of {plan.row_bytes} bytes that {len(plan.passes)} passes read fit neither a "
                             f"block's registers or shared memory nor, for as many rows as run at once, the L2 "
