@@ -17,7 +17,7 @@
 # running at it stops and keeps what it measured, so the call ends inside the device's per-command limit.
 # TIMED_MS (default 25, as the evaluator's; docs/performance.md) is each timing's
 # timed wall time (bench/sweep.py --timed-ms).
-# KNOWN (a JSON file of best schedules, e.g. docs/results/best-schedules-2026-12-02.json) is passed to
+# KNOWN (a JSON file of best schedules, e.g. docs/results/best-schedules-2026-12-02-eighth.json) is passed to
 # bench/sweep.py --known: each task's known best is evaluated right after its default. One run of every
 # task on one machine (about 20 s a task): KNOWN=... EVALS=3 SHARD_TOTAL=2 SHARD_BASE=0 bench/gpu_session.sh all,
 # then SHARD_BASE=1 in the next call.

@@ -711,7 +711,7 @@ CA_HD void compute(const acc_t* tile, const in_t* __restrict__ x{extra_params}{o
             acc_t own[VSPAN];
             if (!PREFETCH)
                 load_row(own, tile, xp, vec, row, c0, IW, (kd * TILE_ROWS + tr * SH + kh * DH) * TILE_COLS + tc * OUT_W * SW);
-            const acc_t* v = PREFETCH ? rows[kd * KH + kh] : own;
+            const acc_t* v = PREFETCH ? rows[PREFETCH ? kd * KH + kh : 0] : own;   // in bounds of rows[1] when off
             #pragma unroll
             for (int j = 0; j < OUT_W; ++j) {{
                 #pragma unroll
