@@ -2,6 +2,7 @@
 files, timing statistics, ptxas parsing, cache keys of baselines and ceilings."""
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from core.evaluation.compare import close_mask, compare, fingerprint, poison_, p
 from core.evaluation.evaluator import Baselines, baselines_path
 from core.evaluation.guard import guarded
 from core.evaluation.results import EvalResult, Status, Timing
-from core.evaluation.roofline import Ceilings, floor_ms, load_ceilings, save_json_atomic, ceilings_path
+from core.evaluation.roofline import Ceilings, ceilings_path, floor_ms, load_ceilings, save_json_atomic, warm_up
 
 
 # ---- compare ---------------------------------------------------------------------------------------
@@ -188,6 +189,27 @@ def test_roofline_floor():
     # compute bound: 100 TFLOP at 50 TFLOP/s = 2 s
     assert math.isclose(floor_ms(1000, 100 * 10**12, "float32", c), 2000.0)
     assert math.isclose(floor_ms(1000, 800 * 10**12, "bfloat16", c), 1000.0)
+
+
+def test_ceiling_warm_up_runs_by_time_and_old_caches_are_measured_again(tmp_cache):
+    now = [0.0]
+    calls = []
+
+    def fn():
+        calls.append(now[0])
+        now[0] += 0.03                     # each call takes 30 ms of (synchronised) wall time
+
+    syncs = []
+    n = warm_up(fn, 0.2, lambda: syncs.append(1), clock=lambda: now[0])
+    assert n == 7 and len(calls) == 7 and now[0] >= 0.2     # 7 x 30 ms is the first total past 200 ms
+    assert len(syncs) == n - 2                               # synchronised once the first three are queued
+    assert warm_up(fn, 0.0, lambda: None, clock=lambda: now[0]) == 3     # at least three calls
+    # A cache written by the version that warmed up with three calls is ignored: measured again.
+    path = ceilings_path("H200-old")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"version": 1, "copy_gbps": 3989.0, "gemm_tflops": {}, "gpu": "H200",
+                                "measured_at": ""}))
+    assert load_ceilings("H200-old") is None
 
 
 def test_ceilings_and_baselines_cache_round_trip(tmp_cache):

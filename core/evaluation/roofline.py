@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-CEILINGS_VERSION = 1
+CEILINGS_VERSION = 2                # 2: warmed up by time; ceilings cached by version 1 are measured again
 
 
 def cache_root() -> Path:
@@ -55,13 +55,29 @@ def save_json_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+# Warm-up before each ceiling's timed repetitions, by time as for candidates (DESIGN section 4): three
+# calls (about 1.5 ms of copies) left the first probe of a fresh machine on clocks still ramping up.
+WARMUP_S = 0.2
+
+
+def warm_up(fn: Any, seconds: float, sync: Any, clock: Any = time.perf_counter, min_calls: int = 3) -> int:
+    """Call fn until `seconds` of wall time (sync()ed) have passed, and at least min_calls times;
+    returns the number of calls."""
+    start, calls = clock(), 0
+    while calls < min_calls or clock() - start < seconds:
+        fn()
+        calls += 1
+        if calls >= min_calls:
+            sync()
+    return calls
+
+
 def measure_ceilings(device: Any, gpu_name: str) -> Ceilings:
     """Measure copy bandwidth and GEMM rates on `device` (a few seconds). Needs CUDA."""
     import torch
 
     def timed(fn, reps: int) -> float:
-        for _ in range(3):
-            fn()
+        warm_up(fn, WARMUP_S, torch.cuda.synchronize)
         torch.cuda.synchronize()
         times = []
         for _ in range(reps):
