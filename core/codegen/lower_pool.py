@@ -732,7 +732,7 @@ CA_HD void compute(const acc_t* tile, const in_t* __restrict__ x{extra_params}{o
     }}
     const long long e0 = (((long long)t.plane * OD + t.od) * OH + oh) * (long long)OW;
     // Every result first, then the stores: the OUT_W stores to neighbouring outputs issue back to
-    // back (interleaved with an average's divisions they left the kernel 30 % slower on an H200).
+    // back, not between an average's divisions (docs/codegen.md, the pool family).
     acc_t result[OUT_W];
     #pragma unroll
     for (int j = 0; j < OUT_W; ++j) {{

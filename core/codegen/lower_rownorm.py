@@ -1282,8 +1282,8 @@ def approximable(graph: Graph) -> set[str]:
             continue
 
         def passes(r: Node) -> bool:
-            if r.base in RELATIVE_OPS and (r.dtype in ("float16", "bfloat16") or r.name in carries):
-                return r.base != "reciprocal" or r.operands[0] == Ref(n.name)
+            if r.base in RELATIVE_OPS:          # as numerator, divisor or reciprocal's operand alike
+                return r.dtype in ("float16", "bfloat16") or r.name in carries
             if r.op in ROW_KINDS["sum"] + ROW_KINDS["mean"] and r.operands[0] == Ref(n.name):
                 return n.base in NONNEGATIVE and r.name in carries
             return False

@@ -55,8 +55,9 @@ def save_json_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-# Warm-up before each ceiling's timed repetitions, by time as for candidates (DESIGN section 4): three
-# calls (about 1.5 ms of copies) left the first probe of a fresh machine on clocks still ramping up.
+# Warm-up before each ceiling's timed repetitions, by time as for candidates (DESIGN section 4). Three
+# calls (about 1.5 ms of copies) may leave a fresh machine's first probe on clocks still ramping up:
+# the suspected cause of a copy probe that read 4.6 % low (docs/performance.md, 2026-12-02).
 WARMUP_S = 0.2
 
 
