@@ -136,3 +136,23 @@ def test_ncu_table_keeps_the_first_launch_of_each_kernel():
     rows = _script("ncu_table").first_launches(output)
     assert [(r["Kernel Name"], r["gpu__time_duration.sum"]) for r in rows] == [("t_rownorm0", "215000"),
                                                                                 ("t_reduce1", "4400")]
+
+
+def test_sass_mix_counts_mnemonics_per_kernel():
+    sass = """
+\tcode for sm_90
+\t\tFunction : k_one
+\t.headerflags\t@"EF_CUDA_SM90 EF_CUDA_VIRTUAL_SM(EF_CUDA_SM90)"
+        /*0000*/                   LDC R1, c[0x0][0x28] ;                        /* 0x00000a00ff017b82 */
+        /*0010*/              @!P0 LDG.E.64.CONSTANT R2, desc[UR4][R4.64] ;      /* 0x0000000404029981 */
+        /*0020*/                   FADD R3, R2, R3 ;                             /* 0x0000000302037221 */
+        /*0030*/               @P1 FADD R3, R3, R3 ;                             /* 0x0000000303037221 */
+        /*0040*/                   EXIT ;                                        /* 0x000000000000794d */
+\t\tFunction : k_two
+        /*0000*/                   MUFU.RCP R0, R1 ;                             /* 0x0000000100007308 */
+        /*0010*/                   BRA 0x10;                                     /* 0xfffffff000007947 */
+"""
+    kernels = _script("sass_mix").mix(sass)
+    assert list(kernels) == ["k_one", "k_two"]
+    assert kernels["k_one"] == {"LDC": 1, "LDG": 1, "FADD": 2, "EXIT": 1}
+    assert kernels["k_two"] == {"MUFU": 1, "BRA": 1}
