@@ -19,6 +19,7 @@ import statistics
 import sys
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -68,17 +69,23 @@ def edited(source: str, replacements: list[str]) -> str:
     return source
 
 
-def run_one(arg: str, dev: torch.device, gpu: dict, flush: torch.Tensor, ceilings: Ceilings, reps: int,
-            options: list[str] = (), replacements: list[str] = ()) -> None:
+def scheduled(arg: str) -> tuple[Any, dict[str, int], Any, str | None]:
+    """(task, schedule, the generated program at that schedule, why the schedule is illegal or None)
+    for a TASK or TASK:KNOB=V,... spec."""
     name, changes = parse(arg)
     task = load_task(TASKS / f"{name}.py")
     gp = generate(task)
     schedule = {**gp.spec.default(), **changes}
     why = gp.spec.why_illegal(schedule)
+    return task, schedule, (None if why else gp.program.with_schedule(schedule)), why
+
+
+def run_one(arg: str, dev: torch.device, gpu: dict, flush: torch.Tensor, ceilings: Ceilings, reps: int,
+            options: list[str] = (), replacements: list[str] = ()) -> None:
+    task, schedule, program, why = scheduled(arg)
     if why:
         print(f"\n## {arg}: illegal schedule: {why}")
         return
-    program = gp.program.with_schedule(schedule)
     if replacements:
         program.source = edited(program.source, list(replacements))
     result = compile_cuda(program.source, arch=gpu["arch"], options=[*program.compile_options(), *options])

@@ -38,9 +38,7 @@ def mix(sass: str) -> dict[str, collections.Counter]:
 
 
 def main() -> int:
-    from bench.kernel_times import parse
-    from core.codegen import generate
-    from core.tasks import load_task
+    from bench.kernel_times import scheduled
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("specs", nargs="+", help="TASK or TASK:KNOB=V,KNOB=V")
@@ -54,14 +52,10 @@ def main() -> int:
     work = args.keep or Path(tempfile.mkdtemp(prefix="sass-mix-"))
     work.mkdir(parents=True, exist_ok=True)
     for spec in args.specs:
-        name, changes = parse(spec)
-        gen = generate(load_task(ROOT / "resources" / "tasks" / f"{name}.py"))
-        schedule = {**gen.spec.default(), **changes}
-        why = gen.spec.why_illegal(schedule)
+        _, schedule, program, why = scheduled(spec)
         if why:
             print(f"{spec}: illegal schedule: {why}")
             continue
-        program = gen.program.with_schedule(schedule)
         stem = re.sub(r"[^A-Za-z0-9_]+", "_", spec)
         cu, cubin = work / f"{stem}.cu", work / f"{stem}.cubin"
         cu.write_text(program.source)

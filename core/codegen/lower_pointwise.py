@@ -344,16 +344,22 @@ def assign_node(node: Node, ct: str, cvar: str, expr: str, indent: str) -> list[
     return lines
 
 
-def fast_nodes(graph: Graph) -> set[str]:
-    """Nodes whose float result is rounded to fp16/bf16 before anything reads it: fp16/bf16 nodes,
-    and fp32 nodes read only by conversions to fp16/bf16 (a decomposition computing in fp32 and
-    casting back, like hardswish's). Their math may use FAST_OPS, whose error (~1e-6 relative) is
-    far below that rounding's (2^-11 fp16, 2^-8 bf16)."""
+def graph_readers(graph: Graph) -> dict[str, list[Node]]:
+    """Value name -> the nodes that read it, in graph order."""
     readers: dict[str, list[Node]] = {}
     for n in graph.nodes:
         for o in n.operands:
             if isinstance(o, Ref):
                 readers.setdefault(o.name, []).append(n)
+    return readers
+
+
+def fast_nodes(graph: Graph) -> set[str]:
+    """Nodes whose float result is rounded to fp16/bf16 before anything reads it: fp16/bf16 nodes,
+    and fp32 nodes read only by conversions to fp16/bf16 (a decomposition computing in fp32 and
+    casting back, like hardswish's). Their math may use FAST_OPS, whose error (~1e-6 relative) is
+    far below that rounding's (2^-11 fp16, 2^-8 bf16)."""
+    readers = graph_readers(graph)
     fast: set[str] = set()
     for node in reversed(graph.nodes):
         if node.dtype in ("float16", "bfloat16"):
@@ -374,11 +380,7 @@ def _rounded_by_reader(graph: Graph) -> set[str]:
     """fp16/bf16 nodes whose every reader is such a clamp of the same dtype reading them as its input
     (a node that is also an output is stored from its own, rounded, value): their rounding is left
     to the clamp's, saving one conversion pair per element."""
-    readers: dict[str, list[Node]] = {}
-    for n in graph.nodes:
-        for o in n.operands:
-            if isinstance(o, Ref):
-                readers.setdefault(o.name, []).append(n)
+    readers = graph_readers(graph)
 
     def commutes(r: Node, name: str, dtype: str) -> bool:
         bounds = _CLAMPS.get(r.base)

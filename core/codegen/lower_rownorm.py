@@ -58,7 +58,7 @@ from core.codegen.errors import CodegenError
 from core.codegen.graph import Graph, GraphInput, Node, Ref
 # The reduce family's accumulators (one struct per reduction kind, its merge and shuffle, the result
 # expressions) and element chains are reused as they are, each anchor in a namespace of its own.
-from core.codegen.lower_pointwise import Lowering, _cname, fast_nodes
+from core.codegen.lower_pointwise import Lowering, _cname, fast_nodes, graph_readers
 from core.codegen.lower_reduce import ANCHORS, _acc_code, _acc_fields, _Anchor, _emit_chain, _offset_expr, \
     _part_fields, part_group_steps, \
     _parse_anchor, _result_exprs, _var_helper
@@ -1267,28 +1267,25 @@ def approximable(graph: Graph) -> set[str]:
     softmax's exp and its row sum). Each of those keeps a relative error bound: an error of ~2^-17
     (ex2.approx after the fp32 product x * log2(e), |x| <= 88) stays far below the 2^-11 (fp16) or
     2^-8 (bf16) of the final rounding. Anything else (an add, a log, an output in fp32) ends it."""
-    readers: dict[str, list[Node]] = {}
-    for n in graph.nodes:
-        for o in n.operands:
-            if isinstance(o, Ref):
-                readers.setdefault(o.name, []).append(n)
+    readers = graph_readers(graph)
     fast = fast_nodes(graph)
     # carries: an fp32 value whose relative error only ever reaches fp16/bf16 roundings as such.
     carries: set[str] = set()
+
+    def passes(n: Node, r: Node) -> bool:
+        """n's relative error reaches r's result as such, and from there only fp16/bf16 roundings."""
+        if r.base in RELATIVE_OPS:              # as numerator, divisor or reciprocal's operand alike
+            return r.dtype in ("float16", "bfloat16") or r.name in carries
+        if r.op in ROW_KINDS["sum"] + ROW_KINDS["mean"] and r.operands[0] == Ref(n.name):
+            return n.base in NONNEGATIVE and r.name in carries
+        return False
+
     for n in reversed(graph.nodes):
         if n.name in graph.outputs or not readers.get(n.name):
             continue
         if n.dtype != "float32" and not (n.dtype in ("float16", "bfloat16") and n.base in RELATIVE_OPS):
             continue
-
-        def passes(r: Node) -> bool:
-            if r.base in RELATIVE_OPS:          # as numerator, divisor or reciprocal's operand alike
-                return r.dtype in ("float16", "bfloat16") or r.name in carries
-            if r.op in ROW_KINDS["sum"] + ROW_KINDS["mean"] and r.operands[0] == Ref(n.name):
-                return n.base in NONNEGATIVE and r.name in carries
-            return False
-
-        if all(passes(r) for r in readers[n.name]):
+        if all(passes(n, r) for r in readers[n.name]):
             carries.add(n.name)
     return fast | {n.name for n in graph.nodes if n.name in carries and n.base in PRECISE_ENOUGH}
 
