@@ -78,6 +78,20 @@ def _nan_ties(shape: tuple[int, ...], nans: tuple[int, ...]) -> torch.Tensor:
     return x
 
 
+def _identity_rows(value: float, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Rows where the arg-reduction's identity (value: -inf for max, +inf for min, the integer
+    limits) ties: all of row 0, the start of row 1 before one other element, the end of row 2 after
+    one, and a NaN after identities in row 3 (floats only). The first index must win every tie."""
+    x = torch.randint(-4, 5, (4, 300), generator=_GEN).to(dtype)
+    x[0] = value
+    x[1, :250] = value
+    x[2, 40:] = value
+    if dtype.is_floating_point:
+        x[3, :100] = value
+        x[3, 150] = float("nan")
+    return x
+
+
 def _rms_part(m, x):
     xf = x.float()
     return torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)
@@ -137,6 +151,12 @@ CASES = [
     Case("max_dim_nan", lambda m, x: torch.max(x, -1), (_nan_ties((10, 64), (138, 178, 300)),),
          ({"ROW_MODE": 0, "BLOCK": 32, "VEC": 2, "UNROLL": 1}, {"ROW_MODE": 0, "ROWS": 4, "BLOCK": 32, "VEC": 2},
           {"ROW_MODE": 0, "ROWS": 4, "BLOCK": 64, "VEC": 1, "UNROLL": 1}), misaligned=True),
+    Case("max_dim_identity_ties", lambda m, x: torch.max(x, -1), (_identity_rows(float("-inf")),),
+         ({"ROW_MODE": 1, "BLOCK": 64, "VEC": 4, "UNROLL": 2}, {"ROW_MODE": 0, "BLOCK": 32, "VEC": 1, "UNROLL": 1}),
+         misaligned=True),
+    Case("argmin_identity_ties_split", lambda m, x: x.argmin(1), (_identity_rows(float("inf")),), split=True),
+    Case("argmax_int_limit_cols", lambda m, x: x.argmax(0),
+         (_identity_rows(-2.0 ** 31, torch.int32).T.contiguous(),), ({"BLOCK": 64, "COLW": 32, "VEC": 1, "UNROLL": 2},)),
     Case("rmsnorm_part_bf16", _rms_part, (_t(6, 64).to(torch.bfloat16),),
          ({"ROW_MODE": 1, "ROWS": 4, "BLOCK": 32},), misaligned=True),
     Case("rows_general_grp", lambda m, x, s: (x * s).sum((0, 2)), (_t(5, 6, 40), _t(5, 1, 1)),

@@ -127,6 +127,7 @@ class _Anchor:
     results: list[tuple[str, str]]  # (role, dtype) per result, in the op's result order
     ord: float = 2.0             # linalg_vector_norm
     correction: float = 1.0      # var / std
+    it: str = "long long"        # C type of an arg-reduction's index (int where the reduced length fits)
 
     @property
     def extreme(self) -> str:
@@ -186,6 +187,8 @@ def _parse_anchor(node: Node, graph: Graph) -> _Anchor | str:
     xt = "int" if xt == "bool" else xt
     at = "double" if xt in ("float", "double") else "long long"
     anchor = _Anchor(node, kind, src, dims, rdt, xt, at, list(zip(roles, dtypes)))
+    if math.prod(src.shape[d] for d in dims) < (1 << 31) - 1:   # INT_MAX stays free as the sentinel
+        anchor.it = "int"
     if kind == "norm":
         ord_ = node.attrs.get("ord", 2)
         if isinstance(ord_, bool) or not isinstance(ord_, (int, float)):
@@ -711,7 +714,7 @@ def _acc_fields(a: _Anchor) -> list[tuple[str, str]]:
     if k in ("max", "min", "any", "all"):
         return [("m", "int" if k in ("any", "all") else a.xt)]
     if k in ("maxdim", "mindim", "argmax", "argmin"):
-        return [("v", a.xt), ("i", "long long")]
+        return [("v", a.xt), ("i", a.it)]
     fields = [("s", "double"), ("ss", "double")]
     return fields + [("s0", "double")] if k in ("var_mean", "std_mean") else fields
 
@@ -803,8 +806,13 @@ def _acc_code(a: _Anchor) -> str:
         op = "|" if k == "any" else "&"
         add, merge = f"a.m {op}= (x != {literal(0, xt)}) ? 1 : 0;", [f"a.m {op}= b.m;"]
     elif k in ("maxdim", "mindim", "argmax", "argmin"):
-        init["v"], init["i"] = _ident(xt, a.extreme), "9223372036854775807LL"
-        add = "if (better(x, (long long)j, a.v, a.i)) { a.v = x; a.i = (long long)j; }"
+        init["v"], init["i"] = _ident(xt, a.extreme), INT_LIMITS[a.it][1]
+        # Each thread adds its elements in increasing index order, so a tie never takes the new one:
+        # take x when it is NaN or strictly beyond a.v, unless a.v is already NaN (the first NaN
+        # wins). An element equal to the identity is never taken; the index stays the sentinel and
+        # _result_exprs maps it to 0 (every element was the identity: the first one).
+        beyond = "<=" if a.extreme == "max" else ">="
+        add = f"if (a.v == a.v && !(x {beyond} a.v)) {{ a.v = x; a.i = ({a.it})j; }}"
         merge = ["if (better(b.v, b.i, a.v, a.i)) { a.v = b.v; a.i = b.i; }"]
     else:
         add = "const double d = (double)x - sh; a.s += d; a.ss += d * d;"
@@ -816,7 +824,7 @@ def _acc_code(a: _Anchor) -> str:
     if k in ("maxdim", "mindim", "argmax", "argmin"):
         cmp = ">" if a.extreme == "max" else "<"
         lines += ["// Does (vb, ib) beat (va, ia)? NaN is the extreme (as in PyTorch); ties go to the first index.",
-                  f"CA_HD bool better({xt} vb, long long ib, {xt} va, long long ia) {{",
+                  f"CA_HD bool better({xt} vb, {a.it} ib, {xt} va, {a.it} ia) {{",
                   "    const bool nb = vb != vb, na = va != va;",
                   "    if (nb || na) return nb && (!na || ib < ia);",
                   f"    return vb {cmp} va || (vb == va && ib < ia);",
@@ -853,10 +861,11 @@ def _result_exprs(a: _Anchor) -> list[str]:
         return ["a.m"]
     if k in ("any", "all"):
         return ["(a.m != 0)"]
+    index = f"(a.i == {INT_LIMITS[a.it][1]} ? ({a.it})0 : a.i)"   # the sentinel: all elements the identity
     if k in ("argmax", "argmin"):
-        return ["a.i"]
+        return [index]
     if k in ("maxdim", "mindim"):
-        return ["a.v", "a.i"]
+        return ["a.v", index]
     var = "var_of(a)"
     first = f"sqrt({var})" if k in ("std", "std_mean") else var
     return [first, f"a.s0 / {n}"] if k in ("var_mean", "std_mean") else [first]
@@ -1055,9 +1064,12 @@ def _rows_loops(plan: _Plan, w: str, batched: bool = True) -> list[str]:
     """Reduce j over [j0, j1): each thread takes groups of w consecutive j, UNROLL groups per step
     (their loads issued together), then the remaining groups one per step."""
     i8 = " " * 12
-    batch = [f"{i8}    for (; j + (idx_t)(UNROLL - 1) * step < j1; j += (idx_t)UNROLL * step) {{",
-             *_rows_body(plan, w, "UNROLL"),
-             f"{i8}    }}"] if batched else []
+    carried = _carried_part(plan, f"UNROLL * {w}", "part = part_init();", "acc_take(acc, part);", i8 + "    ")
+    batch = [*carried[0],
+             f"{i8}    for (; j + (idx_t)(UNROLL - 1) * step < j1; j += (idx_t)UNROLL * step) {{",
+             *_rows_body(plan, w, "UNROLL", carried[1]),
+             f"{i8}    }}",
+             *carried[2]] if batched else []
     return [f"{i8}{{",
             f"{i8}    constexpr idx_t step = (idx_t)lanes * {w};",
             f"{i8}    idx_t j = j0 + (idx_t)lane * {w};",
@@ -1068,7 +1080,29 @@ def _rows_loops(plan: _Plan, w: str, batched: bool = True) -> list[str]:
             f"{i8}}}"]
 
 
-def _rows_body(plan: _Plan, w: str, u: str) -> list[str]:
+def _carried_part(plan: _Plan, per_batch: str, reset: str, take: str, ind: str
+                  ) -> tuple[list[str], list[str], list[str]]:
+    """The batched loop's partial group when one batch (per_batch elements, a C expression) holds
+    fewer than PART_ELEMENTS: the partial is carried over group_batches batches, so that the
+    conversion to double and the double add come once per PART_ELEMENTS elements. Lines before the
+    loop, at the end of each batch, and after the loop; three empty lists without a partial."""
+    if not _part_fields(plan.anchor):
+        return [], [], []
+    return ([f"{ind}// Partial groups of up to {PART_ELEMENTS} elements, carried over batches that hold fewer.",
+             f"{ind}constexpr int group_batches = {part_group_steps(per_batch)};",
+             f"{ind}int batches = 0;",
+             f"{ind}{_part_decl(plan)}"],
+            [f"{ind}    if (group_batches > 1 && ++batches == group_batches) {{ {take} {reset} batches = 0; }}"],
+            [f"{ind}if (group_batches > 1) {{ {take} }}"])
+
+
+def _part_decl(plan: _Plan) -> str:
+    return "Part part = part_init();" if plan.family == "rows" else "Part part[VEC];"
+
+
+def _rows_body(plan: _Plan, w: str, u: str, carried: list[str] | None = None) -> list[str]:
+    """One step: u groups of w elements loaded, then added. `carried` (the batched loop with a
+    partial): the partial is declared outside, and taken here only while group_batches is 1."""
     ind = " " * 20
     L = []
     for i in plan.pro_ins:
@@ -1092,17 +1126,18 @@ def _rows_body(plan: _Plan, w: str, u: str) -> list[str]:
             for i in plan.pro_ins]
     parts = bool(_part_fields(plan.anchor))
     L += [f"{ind}}}"]
-    if parts:
+    if parts and not carried:
         L.append(f"{ind}Part part = part_init();")
     L += [f"{ind}#pragma unroll", f"{ind}for (int u = 0; u < {u}; ++u) {{",
           f"{ind}    #pragma unroll", f"{ind}    for (int k = 0; k < {w}; ++k)",
           f"{ind}        {'part_add(part' if parts else 'acc_add(acc'}, pro({', '.join(args)}), "
           f"j + (idx_t)u * step + k, sh);"]
     if parts:
-        L.append(f"{ind}    if ((u + 1) % {part_group_steps(w)} == 0 || u + 1 == {u}) "
+        when = f"(u + 1) % {part_group_steps(w)} == 0 || u + 1 == {u}"
+        L.append(f"{ind}    if ({'group_batches == 1 && (' + when + ')' if carried else when}) "
                  "{ acc_take(acc, part); part = part_init(); }")
     L.append(f"{ind}}}")
-    return L
+    return L + (carried or [])
 
 
 def _emit_cols(plan: _Plan) -> str:
@@ -1171,9 +1206,16 @@ def _cols_loops(plan: _Plan, vector: bool, batched: bool = True) -> list[str]:
     """This thread's row of threads takes j = j0 + ty, + rows, ...: UNROLL steps at a time, then
     the rest one by one. Each step reads VEC consecutive outputs (one vector load when aligned)."""
     ind = " " * 12
-    batch = [f"{ind}    for (; j + (idx_t)(UNROLL - 1) * rows < j1; j += (idx_t)UNROLL * rows) {{",
-             *_cols_body(plan, vector, "UNROLL"),
-             f"{ind}    }}"] if batched else []
+    every = "for (int k = 0; k < VEC; ++k)"
+    carried = _carried_part(plan, "UNROLL", f"{every} part[k] = part_init();",
+                            f"{every} acc_take(acc[k], part[k]);", ind + "    ")
+    if carried[0]:
+        carried[0].append(f"{ind}    {every} part[k] = part_init();")
+    batch = [*carried[0],
+             f"{ind}    for (; j + (idx_t)(UNROLL - 1) * rows < j1; j += (idx_t)UNROLL * rows) {{",
+             *_cols_body(plan, vector, "UNROLL", carried[1]),
+             f"{ind}    }}",
+             *carried[2]] if batched else []
     return [f"{ind}{{",
             f"{ind}    idx_t j = j0 + ty;",
             *batch,
@@ -1183,7 +1225,8 @@ def _cols_loops(plan: _Plan, vector: bool, batched: bool = True) -> list[str]:
             f"{ind}}}"]
 
 
-def _cols_body(plan: _Plan, vector: bool, u: str) -> list[str]:
+def _cols_body(plan: _Plan, vector: bool, u: str, carried: list[str] | None = None) -> list[str]:
+    """One step of u rows of VEC outputs; `carried` as in _rows_body."""
     ind = " " * 20
     L = []
     for i in plan.pro_ins:
@@ -1210,19 +1253,20 @@ def _cols_body(plan: _Plan, vector: bool, u: str) -> list[str]:
             for i in plan.pro_ins]
     parts = bool(_part_fields(plan.anchor))
     L += [f"{ind}}}"]
-    if parts:
+    if parts and not carried:
         L += [f"{ind}Part part[VEC];", f"{ind}#pragma unroll", f"{ind}for (int k = 0; k < VEC; ++k) part[k] = part_init();"]
     L += [f"{ind}#pragma unroll", f"{ind}for (int u = 0; u < {u}; ++u) {{",
           f"{ind}    #pragma unroll", f"{ind}    for (int k = 0; k < VEC; ++k)",
           f"{ind}        {'part_add(part[k]' if parts else 'acc_add(acc[k]'}, pro({', '.join(args)}), "
           f"j + (idx_t)u * rows, sh[k]);"]
     if parts:
-        L += [f"{ind}    if ((u + 1) % {part_group_steps('1')} == 0 || u + 1 == {u}) {{",
+        when = f"(u + 1) % {part_group_steps('1')} == 0 || u + 1 == {u}"
+        L += [f"{ind}    if ({'group_batches == 1 && (' + when + ')' if carried else when}) {{",
               f"{ind}        #pragma unroll",
               f"{ind}        for (int k = 0; k < VEC; ++k) {{ acc_take(acc[k], part[k]); part[k] = part_init(); }}",
               f"{ind}    }}"]
     L.append(f"{ind}}}")
-    return L
+    return L + (carried or [])
 
 
 def _emit_finisher(plan: _Plan) -> str:
