@@ -635,9 +635,16 @@ def _run_code(index: int, program, plan, inputs: dict[str, torch.Tensor]) -> str
         lines.append(f'    unsigned char* in{i} = ca_read("in{i}.bin");')
     for buf in plan.buffers:
         names[buf.name] = f"b{len(names)}"
-        lines.append(f"    unsigned char* {names[buf.name]} = ca_alloc({_nbytes(buf.shape, buf.dtype)}, 0xA5);")
-    for launch in plan.launches:
-        lines.append("    " + emulated_launch(launch, names))
+        fill = 0 if buf.zeroed else 0xA5     # a zeroed buffer holds zeros when the run starts
+        lines.append(f"    unsigned char* {names[buf.name]} = ca_alloc({_nbytes(buf.shape, buf.dtype)}, {fill});")
+    # Twice when a buffer is zeroed: the first run must leave it zeroed for the second.
+    for _ in range(2 if any(b.zeroed for b in plan.buffers) else 1):
+        for launch in plan.launches:
+            lines.append("    " + emulated_launch(launch, names))
+    for buf in plan.buffers:
+        if buf.zeroed:
+            lines += [f"    for (size_t i = 0; i < {_nbytes(buf.shape, buf.dtype)}; ++i)",
+                      f'        if ({names[buf.name]}[i]) {{ fprintf(stderr, "zeroed buffer {buf.name} left nonzero\\n"); return 4; }}']
     for i, name in enumerate(plan.outputs):
         buf = next(b for b in plan.buffers if b.name == name)
         lines.append(f'    ca_write("out{index}_{i}.bin", {names[name]}, {_nbytes(buf.shape, buf.dtype)});')

@@ -432,7 +432,8 @@ def _run_code(index: int, program: KernelProgram, plan, inputs: dict[str, torch.
     for buf in plan.buffers:
         names[buf.name] = f"b{len(names)}"
         # Garbage, not zeros: a kernel must not rely on fresh buffers being cleared.
-        lines.append(f"    unsigned char* {names[buf.name]} = ca_alloc({_nbytes(buf.shape, buf.dtype)}, 0xA5);")
+        fill = 0 if buf.zeroed else 0xA5     # a zeroed buffer holds zeros when the run starts
+        lines.append(f"    unsigned char* {names[buf.name]} = ca_alloc({_nbytes(buf.shape, buf.dtype)}, {fill});")
     for launch in plan.launches:
         assert launch.shared_bytes <= DYNAMIC_SMEM_BYTES
         assert all(isinstance(a, TensorArg) for a in launch.args)

@@ -430,6 +430,10 @@ static CaBarrier ca_warp_barrier[32];
 static unsigned long long ca_slot[32][32];
 
 inline void __syncthreads() { ca_block_barrier.wait("__syncthreads"); }
+// Split reductions' arrival counting: blocks run one after another here, so plain memory is coherent.
+static inline void __threadfence() {}
+static inline int atomicAdd(int* p, int v) { const int old = *p; *p += v; return old; }
+template <class T> T __ldcg(const T* p) { return *p; }
 
 template <class T> T ca_exchange(T v, int src) {
     static_assert(sizeof(T) <= 8, "shuffle of more than 8 bytes");
@@ -567,7 +571,7 @@ def _harness(program: KernelProgram, plan, inputs: dict[str, torch.Tensor]) -> s
     for buf in plan.buffers:
         nbytes = torch.empty(buf.shape, dtype=TORCH_DTYPES[buf.dtype], device="meta").nbytes
         # Garbage, not zeros: a kernel must not rely on fresh buffers being cleared.
-        lines.append(f"    unsigned char* b_{buf.name} = ca_alloc({nbytes}, 0xA5);")
+        lines.append(f"    unsigned char* b_{buf.name} = ca_alloc({nbytes}, {0 if buf.zeroed else 0xA5});")
     for launch in plan.launches:
         lines.append("    " + emulated_launch(launch, {b: f"b_{b}" for b in [*inputs, *(x.name for x in plan.buffers)]}))
     for i, name in enumerate(plan.outputs):

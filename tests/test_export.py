@@ -2,6 +2,7 @@
 needed), the ModelNew and loader files, overwrite refusal, and the Markdown/SVG run report."""
 from __future__ import annotations
 
+import copy
 import ast
 import importlib.util
 import inspect
@@ -675,3 +676,12 @@ def test_svg_chart_edge_cases():
                   y_label="y")
     root = ET.fromstring(weird)
     assert root.find("{http://www.w3.org/2000/svg}title").text == "<t>"
+
+
+def test_a_zeroed_buffer_is_allocated_with_zeros_on_every_call():
+    data = copy.deepcopy(MULTI_PROGRAM)
+    data["buffers"].append({"name": "counters", "shape": ["4"], "dtype": "int32", "zeroed": True})
+    program, (_, task) = KernelProgram.from_json(data), _multi()
+    text = render_cu(program, task, {})
+    assert "at::Tensor counters = x.new_zeros(ca_counters_shape, ca_options.dtype(at::ScalarType::Int));" in text
+    assert "at::Tensor out = x.new_empty(" in text

@@ -814,3 +814,24 @@ def test_docs_kernels_compile_with_nvcc(tmp_path: Path):
             cwd=tmp_path, capture_output=True, text=True, timeout=120,
         )  # fmt: skip
         assert result.returncode == 0, result.stderr
+
+
+def test_zeroed_buffers_round_trip_and_only_scratch_can_be_zeroed():
+    data = sum_dict()
+    plain_hash = KernelProgram.from_json(data).content_hash()
+    assert "zeroed" not in KernelProgram.from_json(data).to_dict()["buffers"][0]   # old programs keep their JSON
+    data["buffers"][0]["zeroed"] = True
+    program = KernelProgram.from_json(data)
+    assert program.buffers[0].zeroed and not program.buffers[1].zeroed
+    assert KernelProgram.from_json(program.to_json()).buffers[0].zeroed
+    assert program.content_hash() != plain_hash
+    plan = program.resolve({"x": TensorInfo((1000, 1001), "float32")})
+    assert plan.buffers[0].zeroed and not plan.buffers[1].zeroed
+
+    data["buffers"][0]["zeroed"] = 1
+    with pytest.raises(ProgramError, match=r"buffers\[0\]\.zeroed.*expected true or false"):
+        KernelProgram.from_json(data)
+    data["buffers"][0]["zeroed"] = False
+    data["buffers"][1]["zeroed"] = True
+    with pytest.raises(ProgramError, match="output 'out' is a zeroed buffer"):
+        KernelProgram.from_json(data)

@@ -366,7 +366,8 @@ def merge(part: Partition, lowered: list[Any], task: str) -> tuple[dict[str, Any
             if value is None:                          # the family's scratch buffer
                 new = b["name"] if single else _fresh(f"g{g.index}_{b['name']}", taken)
                 names[b["name"]] = _Rename(new)
-                buffers.append({"name": new, "shape": shape, "dtype": rename_expr(b["dtype"], names)})
+                buffers.append({"name": new, "shape": shape, "dtype": rename_expr(b["dtype"], names),
+                                **({"zeroed": True} if b.get("zeroed") else {})})
                 continue
             d = decl[value]
             name = b["name"] if single and b["name"] not in input_names else d.name

@@ -35,10 +35,13 @@ the shapes it was generated for; buffer shapes are literals too. Two kernel shap
         a thread owns VEC consecutive outputs and walks j (a warp reads 32 * VEC consecutive
         elements per step: coalesced), the BLOCK/COLW rows of threads of a block split j and are
         merged through shared memory.
-With few outputs and a long reduction, the lowering splits j SPLIT ways: the first kernel writes
-per-part partial accumulators to scratch buffers (declared, not outputs) and a second kernel
-`<kernel>_2` (a warp per output) merges them in a fixed order and runs the epilogue. Whether a
-program splits is decided at lowering (the launch list is fixed); SPLIT then tunes the parts.
+With few outputs and a long reduction, the lowering splits j SPLIT ways: each block writes its
+part's partial accumulators to scratch buffers (declared, not outputs) and counts its arrival in a
+zeroed buffer (one counter per output, or per column tile); the last of the SPLIT blocks to arrive
+merges the parts in a fixed order (gather_parts: a group of threads per output, the same bits
+whichever block is last), runs the epilogue and sets the counter back to zero. One launch: the
+second kernel this replaced cost 2.6-6.9 us and a launch (docs/performance.md, 2026-12-02 tenth
+session). Whether a program splits is decided at lowering; SPLIT then tunes the parts.
 
 Knobs: BLOCK threads per block; VEC elements per vector load (rows: along j; cols: consecutive
 outputs); UNROLL vector loads each thread issues before accumulating them; ROW_MODE (rows, no
@@ -59,7 +62,9 @@ element (per-element Welford divides, and its fp64 divisions would not keep up w
 data), partial results merge by plain addition (the split and the trees stay deterministic), and
 the shift removes the cancellation a large mean would cause (|mean - x0| is of the order of the
 standard deviation). max/min/argmax propagate NaN as PyTorch does (NaN is the extreme, the first
-index wins ties, also between NaNs). No atomics anywhere: results are bitwise reproducible.
+index wins ties, also between NaNs). No atomic adds of values: the one atomic counts a split's
+arrivals, and the merge's order does not depend on which block is last, so results are bitwise
+reproducible.
 """
 from __future__ import annotations
 
@@ -98,7 +103,6 @@ NUMERIC = FLOATS + ("int64", "int32", "int16", "int8", "uint8", "bool")
 MAX_RANK = 8
 MAX_ACCESS_BYTES = 16
 STATIC_SHARED_BYTES = 48 * 1024
-FINISH_WARPS = 8                      # outputs per block of the split's second kernel
 TARGET_BLOCKS = 1056                  # 8 blocks of 256 threads on each of 132 SMs (H200)
 ROWS_VALUES = (1, 2, 4)                # outputs per block (or warp) of the rows kernel
 ROWS_MIN_THREADS = 132 * 2048         # ROWS > 1 must leave a grid that can fill an H200 (132 SMs x 2048 threads)
@@ -404,6 +408,7 @@ class _Plan:
     idx_t: str
     knobs: list[Knob] = field(default_factory=list)
     partials: list[tuple[str, str, str, str]] = field(default_factory=list)  # (buffer, cname, field, ctype)
+    arrivals: tuple[str, str] = ("", "")     # split: the zeroed counters' buffer and C name
 
     @property
     def vec_inputs(self) -> list[_In]:
@@ -520,6 +525,10 @@ def _plan(graph: Graph, kernel: str) -> _Plan:
                 name = "_" + name
             reserved.add(name)
             plan.partials.append((name, _cname("part_", fname, taken), fname, ctype))
+        name = "arrivals"
+        while name in reserved:
+            name = "_" + name
+        plan.arrivals = (name, _cname("arr_", name, taken))
     return plan
 
 
@@ -604,7 +613,7 @@ def _knobs(plan: _Plan, widest: int, vec0: int) -> list[Knob]:
                  Knob("UNROLL", _ordered(unroll0, (1, 2, 4)), "reduction steps in flight per thread")]
     if plan.split:
         knobs.append(Knob("SPLIT", _split_values(plan, vec0), "parts the reduction is split into "
-                                                              "(a second kernel merges them)"))
+                                                              "(the last part to finish merges them)"))
     return knobs
 
 
@@ -961,20 +970,33 @@ def _emit_finish(plan: _Plan) -> str:
     return "\n".join(lines)
 
 
-def _emit_store(plan: _Plan, q: str, acc: str, part: str, indent: str, finish: bool = False) -> str:
-    """Finish output q (no split, or the split's second kernel) or store its partial accumulator."""
-    if plan.split and not finish:
-        return "\n".join(f"{indent}{c}[({q}) * SPLIT + {part}] = {acc}.{f};" for _, c, f, _ in plan.partials)
+def _emit_store(plan: _Plan, q: str, acc: str, part: str, indent: str, fence: bool = True) -> str:
+    """Finish output q (no split) or store its partial accumulator, made visible to the whole GPU
+    (`fence`; or by the caller) before the block counts its arrival (last_to_arrive)."""
+    if plan.split:
+        return "\n".join([f"{indent}{c}[({q}) * SPLIT + {part}] = {acc}.{f};" for _, c, f, _ in plan.partials]
+                         + ([f"{indent}__threadfence();"] if fence else []))
     args = [q, acc] + [e.cname for e in plan.epi_ins] + plan.out_cnames
     return f"{indent}finish({', '.join(args)});"
 
 
 def _main_params(plan: _Plan) -> list[str]:
-    """The first kernel's parameters: prologue inputs, then partials (split) or epilogue inputs and outputs."""
-    params = [f"const {i.ctype}* __restrict__ {i.cname}" for i in plan.pro_ins]
+    """The kernel's parameters: prologue inputs, epilogue inputs and outputs, then (split) the
+    partials and the arrival counters."""
+    params = [f"const {i.ctype}* __restrict__ {i.cname}" for i in plan.pro_ins] + _finish_params(plan)
     if plan.split:
-        return params + [f"{ct}* __restrict__ {c}" for _, c, _, ct in plan.partials]
-    return params + _finish_params(plan)
+        params += [f"{ct}* __restrict__ {c}" for _, c, _, ct in plan.partials]
+        params.append(f"int* __restrict__ {plan.arrivals[1]}")
+    return params
+
+
+def _gather_call(plan: _Plan, stride: str, width: str, q: str, r: str, valid: str) -> str:
+    args = [q, r, valid] + [c for _, c, _, _ in plan.partials]
+    return f"gather_parts<{stride}, {width}>({', '.join(args)})"
+
+
+def _finish_call(plan: _Plan, q: str, acc: str) -> str:
+    return f"finish({', '.join([q, acc] + [e.cname for e in plan.epi_ins] + plan.out_cnames)});"
 
 
 def _finish_params(plan: _Plan) -> list[str]:
@@ -1055,8 +1077,21 @@ def _emit_rows(plan: _Plan) -> str:
           _emit_store(plan, "q", "acc", "part", "                "),
           "            }",
           "        }",
-          "    }",
-          "}"]
+          "    }"]
+    if plan.split:
+        L += ["    // The last of this output's SPLIT blocks to finish merges their partials: every thread",
+              "    // takes some (their loads in flight together), then the warps' trees and warp 0.",
+              f"    if (!last_to_arrive({plan.arrivals[1]} + unit)) return;",
+              f"    Acc m = {_gather_call(plan, 'BLOCK', '32', 'unit', '(int)threadIdx.x', 'true')};",
+              "    if (BLOCK > 32) {",
+              "        if ((threadIdx.x & 31) == 0) smem[0][warp] = m;",
+              "        __syncthreads();",
+              "        if (warp != 0) return;",
+              "        m = (threadIdx.x & 31) < warps ? smem[0][threadIdx.x & 31] : acc_init();",
+              "        m = warp_reduce(m);",
+              "    }",
+              f"    if (threadIdx.x == 0) {_finish_call(plan, 'unit', 'm')}"]
+    L.append("}")
     return "\n".join(L)
 
 
@@ -1195,10 +1230,25 @@ def _emit_cols(plan: _Plan) -> str:
           "    if (ty == 0 && active) {",
           "        #pragma unroll",
           "        for (int k = 0; k < VEC; ++k) {",
-          _emit_store(plan, "q0 + k", "acc[k]", "part", "            "),
+          _emit_store(plan, "q0 + k", "acc[k]", "part", "            ", fence=False),
           "        }",
-          "    }",
-          "}"]
+          *(["        __threadfence();   // the partials before the arrival count"] if plan.split else []),
+          "    }"]
+    if plan.split:
+        L += ["    // The last of this column tile's SPLIT blocks to finish merges the tile's partials: g",
+              "    // neighbouring threads per output (all loads of a thread in flight together, reads of",
+              "    // neighbouring parts coalesced), then an xor tree over the g.",
+              f"    if (!last_to_arrive({plan.arrivals[1]} + blockIdx.x)) return;",
+              "    constexpr int outs = COLW * VEC;                      // outputs of a tile",
+              "    constexpr int g = BLOCK >= outs ? BLOCK / outs : 1;   // threads per output (divides 32)",
+              "    const int t = ty * COLW + tx;",
+              "    // The same trip count for every thread (BLOCK / g divides outs): the trees' shuffles meet.",
+              "    for (int o = t / g; o < outs; o += BLOCK / g) {",
+              "        const idx_t q = (idx_t)blockIdx.x * outs + o;",
+              f"        const Acc m = {_gather_call(plan, 'g', 'g', 'q', 't % g', 'q < n_out')};",
+              f"        if (t % g == 0 && q < n_out) {_finish_call(plan, 'q', 'm')}",
+              "    }"]
+    L.append("}")
     return "\n".join(L)
 
 
@@ -1269,27 +1319,58 @@ def _cols_body(plan: _Plan, vector: bool, u: str, carried: list[str] | None = No
     return L + (carried or [])
 
 
-def _emit_finisher(plan: _Plan) -> str:
-    """The split's second kernel: a warp per output merges its SPLIT partials in a fixed order."""
-    params = _finish_params(plan) + [f"const {ct}* __restrict__ {c}" for _, c, _, ct in plan.partials]
-    loads = " ".join(f"b.{f} = {c}[q * SPLIT + s];" for _, c, f, _ in plan.partials)
+def _emit_split_helpers(plan: _Plan) -> str:
+    """last_to_arrive (one block of a part counts itself) and gather_parts (a group of threads
+    merges one output's SPLIT partials in a fixed order)."""
+    params = [f"const {ct}* {c}" for _, c, _, ct in plan.partials]
+    # Past L1 (ld.global.cg): the partials were written by other SMs during this launch.
+    loads = " ".join(f"b.{f} = __ldcg({c} + q * SPLIT + s);" for _, c, f, _ in plan.partials)
     return "\n".join([
-        f'extern "C" __global__ void __launch_bounds__({32 * FINISH_WARPS})',
-        f"{plan.kernel}_2({', '.join(params)})",
-        "{",
-        f"    using namespace {plan.kernel}_ns;",
-        f"    const idx_t q = (idx_t)blockIdx.x * {FINISH_WARPS} + (idx_t)(threadIdx.x >> 5);",
-        "    const int lane = threadIdx.x & 31;",
-        "    if (q >= n_out) return;   // whole warps; this kernel has no block barrier",
+        "// Whether this block is the last of its SPLIT parts to finish. Every thread of the block calls",
+        "// it; the writers fenced their partial stores before it. The last block sets the counter back to",
+        "// zero: the buffer is zeroed and must be left so for the next run (docs/program-format.md).",
+        "__device__ __forceinline__ bool last_to_arrive(int* counter) {",
+        "    __shared__ int last;",
+        "    __syncthreads();",
+        "    if (threadIdx.x == 0 && threadIdx.y == 0) {",
+        "        __threadfence();",
+        "        last = atomicAdd(counter, 1) == SPLIT - 1;",
+        "        if (last) *counter = 0;",
+        "        __threadfence();",
+        "    }",
+        "    __syncthreads();",
+        "    return last;",
+        "}",
+        "",
+        "// Thread r of a group takes output q's parts r, r + stride, ... in order (loads past L1, after",
+        "// the last_to_arrive fences), then an xor tree over `width` neighbouring lanes (a power of 2",
+        "// up to 32; every lane of the warp calls it). A fixed order: the same bits whichever block is last.",
+        "template <int stride, int width>",
+        f"__device__ __forceinline__ Acc gather_parts(const idx_t q, const int r, const bool valid, {', '.join(params)}) {{",
         "    Acc a = acc_init();",
-        "    for (idx_t s = lane; s < SPLIT; s += 32) {",
-        f"        Acc b; {loads}",
-        "        acc_merge(a, b);",
+        "    constexpr int per_thread = (SPLIT + stride - 1) / stride;",
+        "    if (per_thread <= 16) {",
+        "        // All of this thread's loads first, then the merges: one L2 latency, not per_thread.",
+        "        Acc bs[per_thread <= 16 ? per_thread : 1];",
+        "        #pragma unroll",
+        "        for (int i = 0; i < per_thread; ++i) {",
+        "            const idx_t s = r + (idx_t)i * stride;",
+        "            Acc b = acc_init();",
+        f"            if (valid && s < SPLIT) {{ {loads} }}",
+        "            bs[i] = b;",
+        "        }",
+        "        #pragma unroll",
+        "        for (int i = 0; i < per_thread; ++i) acc_merge(a, bs[i]);",
+        "    } else if (valid) {",
+        "        #pragma unroll 4",
+        "        for (idx_t s = r; s < SPLIT; s += stride) {",
+        f"            Acc b; {loads}",
+        "            acc_merge(a, b);",
+        "        }",
         "    }",
-        "    a = warp_reduce(a);",
-        "    if (lane == 0) {",
-        _emit_store(plan, "q", "a", "0", "        ", finish=True),
-        "    }",
+        "    #pragma unroll",
+        "    for (int o = width / 2; o > 0; o >>= 1) acc_merge(a, acc_shfl(a, o));",
+        "    return a;",
         "}"])
 
 
@@ -1310,13 +1391,12 @@ __device__ __forceinline__ Acc warp_reduce(Acc a) {
     for (int o = 16; o > 0; o >>= 1) acc_merge(a, acc_shfl(a, o));
     return a;
 }""",
+        _emit_split_helpers(plan) if plan.split else "",
         f"}}  // namespace {ns}",
         "",
     ]
     body = _emit_rows(plan) if plan.family == "rows" else _emit_cols(plan)
     parts = [PRELUDE, "\n".join(helpers), body, ""]
-    if plan.split:
-        parts += [_emit_finisher(plan), ""]
     return "\n".join(parts)
 
 
@@ -1353,13 +1433,13 @@ def lower_reduce(graph: Graph, kernel: str) -> Lowering:
     else:
         grid = [f"cdiv({n}, COLW * VEC)"] + (["SPLIT"] if plan.split else [])
         block = ["COLW", "BLOCK // COLW"]
-    first = {"kernel": kernel, "grid": grid, "block": block, "shared_bytes": 0,
-             "args": pro_args + ([p["name"] for p in parts] if plan.split else epi_args)}
-    launches = [first]
+    args = pro_args + epi_args
     if plan.split:
-        launches.append({"kernel": f"{kernel}_2", "grid": [f"cdiv({n}, {FINISH_WARPS})"],
-                         "block": [32 * FINISH_WARPS], "shared_bytes": 0,
-                         "args": epi_args + [p["name"] for p in parts]})
+        # One arrival counter per output (rows) or per column tile (cols): the grid's x.
+        counters = n if plan.family == "rows" else grid[0]
+        parts.append({"name": plan.arrivals[0], "shape": [counters], "dtype": "int32", "zeroed": True})
+        args += [p["name"] for p in parts]
+    launches = [{"kernel": kernel, "grid": grid, "block": block, "shared_bytes": 0, "args": args}]
     program = {
         "format": "cuda-agent/program@1",
         "name": kernel,
@@ -1374,7 +1454,7 @@ def lower_reduce(graph: Graph, kernel: str) -> Lowering:
     P = list(a.src.shape)
     notes = [f"reduce: {a.node.op} of '{a.src.name}' {a.src.dtype}{P} over dims {list(a.dims)} -> "
              f"{list(a.node.shape)}: {plan.n_out} outputs of {plan.n_red} elements, {plan.family} kernel"
-             + (", split over the reduction (second kernel merges)" if plan.split else ""),
+             + (", split over the reduction (the last part to finish merges)" if plan.split else ""),
              f"prologue: {len(plan.pro_nodes)} ops; epilogue: {len(plan.epi_nodes)} ops"]
     for i in plan.pro_ins:
         how = "once per output" if i.hoisted else "vector loads" if i.last == 1 else "one load per vector group"

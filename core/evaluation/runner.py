@@ -465,12 +465,15 @@ class BoundProgram:
         self.buffers = {}
         for b in plan.buffers:
             try:
-                self.buffers[b.name] = torch.empty(b.shape, dtype=getattr(torch, b.dtype), device=runner.device)
+                # A zeroed buffer is zeroed once: the program leaves it zeroed (checked after each checked run).
+                make = torch.zeros if b.zeroed else torch.empty
+                self.buffers[b.name] = make(b.shape, dtype=getattr(torch, b.dtype), device=runner.device)
             except torch.OutOfMemoryError as exc:
                 raise CandidateFailure(Status.REJECTED, f"oversized allocation: buffer '{b.name}' "
                                        f"({_human(_nbytes(b.shape, b.dtype))}) does not fit") from exc
         tensors.update(self.buffers)
         self.outputs = [self.buffers[name] for name in plan.outputs]
+        self.zeroed = [(b.name, self.buffers[b.name]) for b in plan.buffers if b.zeroed]
         self.inputs = [tensors[n] for n in task.input_names if n in tensors]
         self.tensors = tensors
         prog.last_plan = plan
@@ -523,7 +526,19 @@ class BoundProgram:
             poison_(o, poison_variant)
         outs = self.call()
         self.raise_violations()
+        self.check_zeroed()
         return outs
+
+    def check_zeroed(self) -> None:
+        """A zeroed buffer must be all zeros again after a run (docs/program-format.md)."""
+        import torch
+
+        for name, buf in self.zeroed:
+            left = int(torch.count_nonzero(buf))
+            if left:
+                raise CandidateFailure(Status.REJECTED, f"left zeroed buffer '{name}' with {left} nonzero "
+                                       f"element{'s' if left != 1 else ''} after a run; a zeroed buffer must be "
+                                       "all zeros when the program's last launch ends")
 
     def poison(self) -> None:
         from .compare import poison_

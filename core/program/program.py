@@ -39,7 +39,7 @@ FORMAT = "cuda-agent/program@1"
 Expr = Union[str, int, float]
 
 _FIELDS = ("format", "name", "source", "source_file", "tunables", "schedule", "buffers", "launches", "outputs")
-_BUFFER_FIELDS = ("name", "shape", "dtype")
+_BUFFER_FIELDS = ("name", "shape", "dtype", "zeroed")
 _LAUNCH_FIELDS = ("kernel", "grid", "block", "shared_bytes", "args")
 
 _C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -67,6 +67,9 @@ class BufferSpec:
     name: str
     shape: list[Expr]
     dtype: str  # a torch dtype name ("float32") or "dtype(x)"
+    # All zeros when a run starts; the program must leave it so (docs/program-format.md): the
+    # arrival counters of a reduction whose last block merges the others' partials.
+    zeroed: bool = False
 
 
 @dataclass
@@ -96,6 +99,7 @@ class ResolvedBuffer:
     name: str
     shape: tuple[int, ...]
     dtype: str
+    zeroed: bool = False
 
 
 @dataclass(frozen=True)
@@ -171,6 +175,12 @@ def _list(value: Any, field_path: str, what: str) -> list:
 def _string(value: Any, field_path: str) -> str:
     if not isinstance(value, str):
         raise _error(field_path, f"expected a string, got {_describe(value)}")
+    return value
+
+
+def _boolean(value: Any, field_path: str) -> bool:
+    if not isinstance(value, bool):
+        raise _error(field_path, f"expected true or false, got {_describe(value)}")
     return value
 
 
@@ -295,6 +305,7 @@ class KernelProgram:
                     name=_string(_require(raw, "name", where + "."), f"{where}.name"),
                     shape=[_expr(e, f"{where}.shape[{j}]") for j, e in enumerate(shape)],
                     dtype=_string(_require(raw, "dtype", where + "."), f"{where}.dtype"),
+                    zeroed=_boolean(raw.get("zeroed", False), f"{where}.zeroed"),
                 )
             )
 
@@ -341,7 +352,9 @@ class KernelProgram:
             "source": self.source,
             "tunables": {k: list(self.tunables[k]) for k in sorted(self.tunables)},
             "schedule": {k: self.schedule[k] for k in sorted(self.schedule)},
-            "buffers": [{"name": b.name, "shape": list(b.shape), "dtype": b.dtype} for b in self.buffers],
+            # "zeroed" only where set: programs without it keep their JSON and content hash.
+            "buffers": [{"name": b.name, "shape": list(b.shape), "dtype": b.dtype, **({"zeroed": True} if b.zeroed else {})}
+                        for b in self.buffers],
             "launches": [
                 {
                     "kernel": launch.kernel,
@@ -589,6 +602,9 @@ class KernelProgram:
                     )
             if name in seen:
                 raise _error(path, f"output '{name}' is listed twice")
+            if any(b.name == name and b.zeroed for b in self.buffers):
+                raise _error(path, f"output '{name}' is a zeroed buffer; outputs are filled with NaN before each "
+                             "run, so only scratch buffers can be zeroed")
             seen.add(name)
 
     def _referenced_names(self) -> set[str]:
@@ -657,7 +673,7 @@ class KernelProgram:
                     f"({total_bytes} bytes) together, more than the limit of {human_bytes(limits.max_buffer_bytes)}",
                 )
             scope[buffer.name] = TensorInfo(tuple(shape), dtype)
-            buffers.append(ResolvedBuffer(buffer.name, tuple(shape), dtype))
+            buffers.append(ResolvedBuffer(buffer.name, tuple(shape), dtype, buffer.zeroed))
 
         launches = [self._resolve_launch(i, launch, scope, limits) for i, launch in enumerate(self.launches)]
         return ResolvedPlan(tuple(buffers), tuple(launches), tuple(self.outputs))

@@ -367,10 +367,12 @@ class _Launcher:
             else:
                 self.emit(f"  const std::vector<int64_t> ca_{ident}_shape;  // a 0-d tensor")
             dtype = self.dtype(buffer.dtype, where)
+            # A zeroed buffer (arrival counters) is zeroed on every call: calls on other streams cannot share it.
+            how = "zeros" if buffer.zeroed else "empty"
             if self.first_tensor is not None:
-                self.emit(f"  at::Tensor {ident} = {self.first_tensor}.new_empty(ca_{ident}_shape, ca_options.dtype({dtype}));")
+                self.emit(f"  at::Tensor {ident} = {self.first_tensor}.new_{how}(ca_{ident}_shape, ca_options.dtype({dtype}));")
             else:
-                self.emit(f"  at::Tensor {ident} = at::empty(ca_{ident}_shape, ca_options.dtype({dtype}));")
+                self.emit(f"  at::Tensor {ident} = at::{how}(ca_{ident}_shape, ca_options.dtype({dtype}));")
             self.names[buffer.name] = CppName(TENSOR, ident)  # later buffers and launches may use it
 
     def dtype(self, dtype: str, where: str) -> str:

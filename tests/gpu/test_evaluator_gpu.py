@@ -79,6 +79,7 @@ HOSTILE_CASES = [
     ("nan_output.json", "act_gelu", Status.WRONG, "NaN output"),
     ("input_mutation.json", "act_gelu", Status.REJECTED, "mutates its input"),
     ("memoized_result.json", "act_gelu", Status.REJECTED, "disagree"),
+    ("zeroed_state.json", "act_gelu", Status.REJECTED, "left zeroed buffer 'runs'"),
     ("race_missing_syncthreads.json", "red_sum_dim1", Status.WRONG, ""),
     # Recognises a repeated input set from three sampled values and replays stored sums: correct on
     # every input, far under the floor, and caught by the unseen inputs of the re-verification.
