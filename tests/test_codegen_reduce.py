@@ -497,6 +497,22 @@ def test_rows_per_block_compiles_for_sm80_and_sm90(tmp_path):
     _compile_all(jobs, cache)
 
 
+@needs_nvrtc
+def test_split_programs_compile_for_sm80_and_sm90(tmp_path):
+    """The last-block merge (fences, the arrival atomic, __ldcg of every partial type) on each
+    split case: double and fp32 sums, value-and-index pairs, rows and cols kernels."""
+    cache = CompileCache(tmp_path / "cache")
+    jobs = []
+    for case in (c for c in CASES if c.split):
+        low = _lower(case, f"{case.name}_reduce")
+        program = KernelProgram.from_json(low.program)
+        assert any(b.get("zeroed") for b in low.program["buffers"]), case.name
+        for schedule in [low.spec.default()] + [{**low.spec.default(), **x} for x in case.schedules]:
+            jobs += [(case.name, schedule, arch, program.with_schedule(schedule)) for arch in ARCHS]
+
+    _compile_all(jobs, cache)
+
+
 def _compile_all(jobs: list, cache: CompileCache) -> None:
     """Compile (name, schedule, arch, program) jobs on two threads; every one must compile."""
     def build(job):
