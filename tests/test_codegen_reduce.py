@@ -36,6 +36,7 @@ from core.program import KernelProgram, LaunchLimits, TensorInfo
 from core.search.space import ScheduleSpace, env_from_task
 from core.tasks import load_task
 from core.toolchain import CompileCache, compile_cuda, nvrtc_info
+from tests.test_codegen_scan import SPLIT_STANDINS
 
 TASKS = Path(__file__).resolve().parents[1] / "resources" / "tasks"
 ARCHS = ("sm_80", "sm_90")
@@ -559,10 +560,6 @@ static CaBlock* ca_block;
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 static inline void __syncthreads() { ca_block->all->arrive_and_wait(); }
-// Split reductions' arrival counting: blocks run one after another here, so plain memory is coherent.
-static inline void __threadfence() {}
-static inline int atomicAdd(int* p, int v) { const int old = *p; *p += v; return old; }
-template <class T> T __ldcg(const T* p) { return *p; }
 template <class T> T __shfl_xor_sync(unsigned, T v, int o) {
     const int warp = ca_tid >> 5, lane = ca_tid & 31;
     unsigned long long raw = 0;
@@ -622,7 +619,7 @@ static void ca_write(const std::string& path, const void* b, long long bytes) {
     fwrite(b, 1, bytes, f);
     fclose(f);
 }
-"""
+""" + SPLIT_STANDINS
 
 ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
             "int8": 1, "uint8": 1, "bool": 1}

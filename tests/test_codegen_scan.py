@@ -381,6 +381,14 @@ def test_default_and_sampled_schedules_compile_for_sm80_and_sm90(tmp_path_factor
 
 # ---- running the kernels on the CPU ---------------------------------------------------------------
 
+# Split reductions' arrival counting (lower_reduce's last-block merge), for the emulations here and
+# in test_codegen_reduce: blocks run one after another, so plain memory is coherent.
+SPLIT_STANDINS = r"""
+static inline void __threadfence() {}
+static inline int atomicAdd(int* p, int v) { const int old = *p; *p += v; return old; }
+template <class T> T __ldcg(const T* p) { return *p; }
+"""
+
 EMULATION = r"""
 #include <math.h>
 #include <pthread.h>
@@ -430,10 +438,6 @@ static CaBarrier ca_warp_barrier[32];
 static unsigned long long ca_slot[32][32];
 
 inline void __syncthreads() { ca_block_barrier.wait("__syncthreads"); }
-// Split reductions' arrival counting: blocks run one after another here, so plain memory is coherent.
-static inline void __threadfence() {}
-static inline int atomicAdd(int* p, int v) { const int old = *p; *p += v; return old; }
-template <class T> T __ldcg(const T* p) { return *p; }
 
 template <class T> T ca_exchange(T v, int src) {
     static_assert(sizeof(T) <= 8, "shuffle of more than 8 bytes");
@@ -541,7 +545,7 @@ static void ca_write(const char* path, const void* data, size_t n) {
     fwrite(data, 1, n, f);
     fclose(f);
 }
-"""
+""" + SPLIT_STANDINS
 
 # Out-of-bounds and misaligned (vector) accesses, out-of-range local array indices: the run fails.
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]

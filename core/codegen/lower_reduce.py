@@ -519,15 +519,18 @@ def _plan(graph: Graph, kernel: str) -> _Plan:
                  list(graph.outputs), out_cnames, n_out, n_red, family, inner, split, idx_t)
     if split:
         reserved = {v.name for v in graph.inputs} | set(graph.outputs) | set(graph.constants)
-        for fname, ctype in _acc_fields(anchor):
-            name = "partials" if not plan.partials else f"partials_{fname}"
+
+        def buffer_name(name: str) -> str:
+            """A scratch buffer's name, clear of the group's inputs, outputs and constants."""
             while name in reserved:
                 name = "_" + name
             reserved.add(name)
+            return name
+
+        for fname, ctype in _acc_fields(anchor):
+            name = buffer_name("partials" if not plan.partials else f"partials_{fname}")
             plan.partials.append((name, _cname("part_", fname, taken), fname, ctype))
-        name = "arrivals"
-        while name in reserved:
-            name = "_" + name
+        name = buffer_name("arrivals")
         plan.arrivals = (name, _cname("arr_", name, taken))
     return plan
 
@@ -976,8 +979,7 @@ def _emit_store(plan: _Plan, q: str, acc: str, part: str, indent: str, fence: bo
     if plan.split:
         return "\n".join([f"{indent}{c}[({q}) * SPLIT + {part}] = {acc}.{f};" for _, c, f, _ in plan.partials]
                          + ([f"{indent}__threadfence();"] if fence else []))
-    args = [q, acc] + [e.cname for e in plan.epi_ins] + plan.out_cnames
-    return f"{indent}finish({', '.join(args)});"
+    return indent + _finish_call(plan, q, acc)
 
 
 def _main_params(plan: _Plan) -> list[str]:
