@@ -293,3 +293,42 @@ def test_the_speed_panel_follows_the_reward_panel_and_the_view_settles(plot, qtb
     before = paints[0]
     qtbot.wait(500)
     assert paints[0] == before
+
+
+def test_a_redraw_that_moves_the_range_paints_each_panel_once(plot, qtbot):
+    """pyqtgraph settles an auto-range while painting, and the new view transform queued another
+    auto-range and paint of the same panel: every redraw cost two or three software paints."""
+    from PySide6.QtCore import QEvent, QObject
+
+    paints: dict[str, int] = {"reward": 0, "speed": 0}
+
+    class Counter(QObject):
+        def __init__(self, name: str) -> None:
+            super().__init__()
+            self.name = name
+
+        def eventFilter(self, obj, event) -> bool:  # noqa: N802
+            paints[self.name] += event.type() == QEvent.Type.Paint
+            return False
+
+    counters = [Counter("reward"), Counter("speed")]
+    plot._reward_widget.viewport().installEventFilter(counters[0])
+    plot._speed_widget.viewport().installEventFilter(counters[1])
+    plot.set_eager_ms(1.0)
+    rng = np.random.default_rng(2)
+    n = 0
+    for round_ in range(4):
+        batch = [(1, n + i + 1, float(rng.normal()) * (round_ + 1), float(rng.uniform(0.2, 2.0))) for i in range(500)]
+        n += 500
+        plot.add_points(batch)
+        plot.flush()
+        qtbot.wait(400)              # every paint this redraw causes, layout included
+        if round_ == 0:
+            continue                 # the first drawing also lays the axes out
+        for name in paints:
+            paints[name] = 0
+        plot.add_points([(1, n + 1, 10.0 * (round_ + 2), 0.1)])      # widens x and y
+        n += 1
+        plot.flush()
+        qtbot.wait(400)
+        assert paints == {"reward": 1, "speed": 1}, f"round {round_}: {paints}"
