@@ -94,6 +94,24 @@ def get_inputs():
 def get_init_inputs():
     return []
 ''',
+    # Inverse and hyperbolic trig, two-operand math and Python's modulo (signs of both operands mixed).
+    "trig_modulo": HEADER + '''
+class Model(nn.Module):
+    def forward(self, x, y):
+        s = x.clamp(-0.95, 0.95)
+        a = torch.asin(s) + torch.acos(s) * torch.atan(x) + torch.sinh(0.5 * x) - torch.cosh(0.3 * y)
+        b = torch.asinh(x) + torch.acosh(1.0 + y.abs()) + torch.atanh(0.5 * s)
+        c = torch.atan2(x, y) + torch.hypot(x, y) + torch.copysign(x, y) + torch.copysign(y, -1.0)
+        d = torch.fmod(x, y) + torch.remainder(x, y) + torch.fmod(x, -1.5) + torch.remainder(x, 1.25)
+        e = torch.clamp(x, min=y) - torch.clamp(x, max=0.5 * y) + torch.clamp(x, y - 1.0, y + 1.0)
+        return a * b, c.half(), d, e
+
+def get_inputs():
+    return [3.0 * torch.randn(7, 33), 2.0 * torch.randn(7, 33) + 0.1]
+
+def get_init_inputs():
+    return []
+''',
     # Row reductions in half precision, keepdim and a 3-D input.
     "rowreduce_amax_fp16": HEADER + '''
 class Model(nn.Module):

@@ -118,11 +118,14 @@ UNARY = [
     "torch.clamp({x}, min=-{p}, max={p})", "torch.clamp({x}, min={a})", "({x} * {p})", "({x} + {a})",
     "torch.abs({x})", "(-{x})", "torch.exp({x} * 0.5)", "F.relu6({x})",
     "torch.where(torch.isnan({x}), torch.zeros_like({x}), {x})", "(torch.ones_like({x}) - {x})",
+    "torch.atan({x})", "torch.asinh({x})", "torch.sinh({x} * 0.5)", "torch.fmod({x}, -{p})", "torch.remainder({x}, {p})",
 ]
 BINARY = [
     "({x} + {y})", "({x} - {y})", "({x} * {y})", "({x} / ({y}.abs() + 0.5))", "torch.maximum({x}, {y})",
     "torch.minimum({x}, {y})", "torch.where({x} > {y}, {x}, {y} * {p})",
     "torch.where({x} < 0, {y}, {x})", "({x} >= {y}).to({x}.dtype)", "({x} * ({y} != 0.5).to({x}.dtype))",
+    "torch.atan2({x}, {y})", "torch.hypot({x}, {y})", "torch.copysign({x}, {y})", "torch.clamp({x}, min={y})",
+    "torch.remainder({x}, {y}.abs() + 0.5)",
 ]
 
 

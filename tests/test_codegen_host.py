@@ -48,7 +48,11 @@ def _case_code(index: int, name: str) -> tuple[str, str]:
         lines.append(f"        const {CTYPES[v.dtype]}* a{i} = (const {CTYPES[v.dtype]}*)read_file(argv[{3 + i}], n * sizeof({CTYPES[v.dtype]}));")
     for j, v in enumerate(outs):
         lines.append(f"        {CTYPES[v.dtype]}* o{j} = ({CTYPES[v.dtype]}*)malloc(n * sizeof({CTYPES[v.dtype]}));")
-    call = [f"a{i}[e]" for i in range(len(ins))] + [f"o{j}[e]" for j in range(len(outs))]
+    # The body's output parameters follow the launch's output arguments; model output j is the
+    # program's outputs[j], which need not be the j-th of them.
+    program = gen.program
+    order = [a for a in program.launches[0].args if a in program.outputs]
+    call = [f"a{i}[e]" for i in range(len(ins))] + [f"o{program.outputs.index(a)}[e]" for a in order]
     lines.append(f"        for (long long e = 0; e < n; ++e) case{index}::{kernel}_body({', '.join(call)});")
     for j, v in enumerate(outs):
         lines.append(f"        write_file(argv[{3 + len(ins) + j}], o{j}, n * sizeof({CTYPES[v.dtype]}));")

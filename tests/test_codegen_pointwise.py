@@ -61,7 +61,8 @@ def test_plan_resolves_to_the_reference_outputs(name):
     if gen.family == "rowreduce":
         assert program.schedule == gen.spec.default()
     plan = program.resolve(env_from_task(task))
-    got = [(b.shape, b.dtype) for b in plan.buffers if b.name in plan.outputs]
+    by_name = {b.name: b for b in plan.buffers}
+    got = [(by_name[o].shape, by_name[o].dtype) for o in plan.outputs]      # in the model's output order
     assert got == [(s.shape, s.dtype) for s in task.output_specs]
     assert gen.spec.legal(gen.spec.default()) and gen.spec.legal(program.schedule)
     # The search starts from the program's schedule.

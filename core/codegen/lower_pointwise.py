@@ -436,6 +436,10 @@ def _node_expr(node: Node, ct: str, var: dict[str, tuple[str, str]], values: dic
         cond = _convert(operands[0], "bool", var)
         a, b = (_convert(o, ct, var) for o in operands[1:3])
         return OPS[base](node, [cond, a, b], ct)
+    if node.op == "clamp.Tensor":
+        # min and max are each a tensor, a number or absent: keep their places.
+        bounds = [None if o is None else _convert(o, ct, var) for o in (operands + [None, None])[1:3]]
+        return OPS[node.op](node, [_convert(operands[0], ct, var), *bounds], ct)
     args = [_convert(o, ct, var) for o in operands if o is not None]
     if (base == "div" and node.attrs.get("rounding_mode") is None and len(operands) == 2
             and isinstance(operands[1], (int, float)) and not isinstance(operands[1], bool)):

@@ -180,6 +180,22 @@ def _sign(node: Node, a: list[str], ct: str) -> str:
     return f"(({ct})({x} > ({ct})0) - ({ct})({x} < ({ct})0))"
 
 
+def _float_math2(name: str) -> Callable[[Node, list[str], str], str]:
+    """A two-operand C math function (atan2, hypot, copysign, fmod): floats only (PyTorch
+    promotes integer operands of the first three to float; fmod on integers is not lowered)."""
+    def emit(node: Node, a: list[str], ct: str) -> str:
+        if not _is_float(ct):
+            raise LoweringError(f"{name} on integers")
+        return f"{math_fn(name, ct)}({a[0]}, {a[1]})"
+    return emit
+
+
+def _remainder(node: Node, a: list[str], ct: str) -> str:
+    if not _is_float(ct):
+        raise LoweringError("remainder on integers")
+    return f"ca_remainder({a[0]}, {a[1]})"      # Python's modulo (cuda_emit's prelude)
+
+
 class LoweringError(Exception):
     """An op (or an op with these arguments) that the pointwise family cannot emit."""
 
@@ -195,6 +211,11 @@ OPS: dict[str, Callable[[Node, list[str], str], str]] = {
     "log1p": _unary_math("log1p"), "sqrt": _unary_math("sqrt"), "rsqrt": _unary_math("rsqrt"),
     "sin": _unary_math("sin"), "cos": _unary_math("cos"), "tan": _unary_math("tan"),
     "erf": _unary_math("erf"), "erfc": _unary_math("erfc"), "tanh": _unary_math("tanh"),
+    "asin": _unary_math("asin"), "acos": _unary_math("acos"), "atan": _unary_math("atan"),
+    "sinh": _unary_math("sinh"), "cosh": _unary_math("cosh"), "asinh": _unary_math("asinh"),
+    "acosh": _unary_math("acosh"), "atanh": _unary_math("atanh"),
+    "atan2": _float_math2("atan2"), "hypot": _float_math2("hypot"), "copysign": _float_math2("copysign"),
+    "fmod": _float_math2("fmod"), "remainder": _remainder,
     "floor": _unary_math("floor"), "ceil": _unary_math("ceil"), "trunc": _unary_math("trunc"),
     "round": _unary_math("rint"),
     "reciprocal": lambda n, a, ct: f"({literal(1, ct)} / {a[0]})",
@@ -211,6 +232,8 @@ OPS: dict[str, Callable[[Node, list[str], str], str]] = {
     "hardswish": lambda n, a, ct: f"({a[0]} * {_hardsigmoid(a[0], ct)})",
     "hardtanh": lambda n, a, ct: _clamp(a[0], _lit(n, "min_val", ct), _lit(n, "max_val", ct), ct),
     "clamp": lambda n, a, ct: _clamp(a[0], _lit(n, "min", ct), _lit(n, "max", ct), ct),
+    # clamp.Tensor: the lowering passes [x, min or None, max or None] (lower_pointwise._node_expr).
+    "clamp.Tensor": lambda n, a, ct: _clamp(a[0], a[1], a[2], ct),
     "clamp_min": lambda n, a, ct: _clamp(a[0], _lit(n, "min", ct), None, ct),
     "clamp_max": lambda n, a, ct: _clamp(a[0], None, _lit(n, "max", ct), ct),
     "maximum": lambda n, a, ct: f"nan_max({a[0]}, {a[1]})",
@@ -252,8 +275,11 @@ FAST_OPS: dict[str, Callable[[Node, list[str], str], str]] = {
 SUPPORTED_OVERLOADS = {
     "add": {"Tensor", "Scalar"}, "sub": {"Tensor", "Scalar"}, "rsub": {"Scalar", "Tensor"},
     "mul": {"Tensor", "Scalar"}, "div": {"Tensor", "Scalar", "Tensor_mode", "Scalar_mode"},
-    "pow": {"Tensor_Scalar"}, "clamp": {"default"}, "where": {"self"},
+    "pow": {"Tensor_Scalar"}, "clamp": {"default", "Tensor"}, "clamp_min": {"default"}, "clamp_max": {"default"},
+    "where": {"self"},
     "maximum": {"default"}, "minimum": {"default"},
+    "atan2": {"default"}, "hypot": {"default"}, "copysign": {"Tensor", "Scalar"},
+    "fmod": {"Tensor", "Scalar"}, "remainder": {"Tensor", "Scalar"},
     "eq": {"Tensor", "Scalar"}, "ne": {"Tensor", "Scalar"}, "lt": {"Tensor", "Scalar"},
     "le": {"Tensor", "Scalar"}, "gt": {"Tensor", "Scalar"}, "ge": {"Tensor", "Scalar"},
 }
