@@ -37,6 +37,32 @@ def mix(sass: str) -> dict[str, collections.Counter]:
     return kernels
 
 
+SMS = 132     # an H200's SMs
+
+
+def wave_lines(spec: str, program, ptxas: str) -> list[str]:
+    """Each launch of the schedule on the task's shapes: a grid that is just over a whole number
+    of waves leaves most SMs idle at its end (a memory-bound kernel loses up to that share)."""
+    from bench.kernel_times import parse
+    from core.search.space import env_from_task
+    from core.tasks import load_task
+    from core.toolchain.resources import max_active_blocks, parse_ptxas_verbose
+    task = load_task(ROOT / "resources" / "tasks" / f"{parse(spec)[0]}.py")
+    plan = program.resolve(env_from_task(task))
+    resources = parse_ptxas_verbose(ptxas)
+    lines = []
+    for launch in plan.launches:
+        r = resources[launch.kernel]
+        threads = launch.block[0] * launch.block[1] * launch.block[2]
+        blocks = launch.grid[0] * launch.grid[1] * launch.grid[2]
+        smem = r.shared_bytes + launch.shared_bytes
+        per_sm = max_active_blocks(r.registers, smem, threads, "sm_90", r.barriers)
+        waves = blocks / (SMS * per_sm) if per_sm else float("inf")
+        lines.append(f"{launch.kernel}: grid {blocks} x {threads} threads, {r.registers} registers, "
+                     f"{smem} B smem: {per_sm} blocks/SM, {waves:.2f} waves")
+    return lines
+
+
 def main() -> int:
     from bench.kernel_times import scheduled
 
@@ -44,6 +70,8 @@ def main() -> int:
     ap.add_argument("specs", nargs="+", help="TASK or TASK:KNOB=V,KNOB=V")
     ap.add_argument("--keep", type=Path, help="folder for each schedule's .cu and .sass")
     ap.add_argument("--top", type=int, default=16, help="mnemonics listed per kernel")
+    ap.add_argument("--waves", action="store_true",
+                    help="per launch instead of the mix: grid, registers, blocks per SM and waves on an H200")
     args = ap.parse_args()
     cuobjdump = os.environ.get("CUOBJDUMP") or shutil.which("cuobjdump")
     if not cuobjdump or not shutil.which("nvcc"):
@@ -68,6 +96,10 @@ def main() -> int:
         (work / f"{stem}.sass").write_text(sass)
         resources = re.findall(r"Used \d+ registers[^\n]*|\d+ bytes spill stores, \d+ bytes spill loads", built.stderr)
         print(f"## {spec}  schedule {schedule}\n   {'; '.join(resources)}")
+        if args.waves:
+            for line in wave_lines(spec, program, built.stderr):
+                print("   " + line)
+            continue
         for kernel, counts in mix(sass).items():
             top = " ".join(f"{k}:{v}" for k, v in counts.most_common(args.top))
             print(f"   {kernel}: {sum(counts.values())} instructions: {top}")

@@ -156,3 +156,19 @@ def test_sass_mix_counts_mnemonics_per_kernel():
     assert list(kernels) == ["k_one", "k_two"]
     assert kernels["k_one"] == {"LDC": 1, "LDG": 1, "FADD": 2, "EXIT": 1}
     assert kernels["k_two"] == {"MUFU": 1, "BRA": 1}
+
+
+def test_sass_mix_waves_of_a_split_grid():
+    """red_mean_dim0's default: 1024 blocks of 256 threads; at 44 registers an H200 SM holds 5 of
+    them (1.55 waves), at 32 it holds 8 (0.97: one wave)."""
+    from bench.kernel_times import scheduled
+    program = scheduled("red_mean_dim0")[2]
+    def ptxas(registers: int) -> str:
+        return ("ptxas info    : Compiling entry function 'red_mean_dim0_reduce' for 'sm_90'\n"
+                "ptxas info    : Function properties for red_mean_dim0_reduce\n"
+                "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+                f"ptxas info    : Used {registers} registers, used 1 barriers, 8200 bytes smem\n")
+    waves = _script("sass_mix").wave_lines
+    assert waves("red_mean_dim0", program, ptxas(44)) == [
+        "red_mean_dim0_reduce: grid 1024 x 256 threads, 44 registers, 8200 B smem: 5 blocks/SM, 1.55 waves"]
+    assert waves("red_mean_dim0", program, ptxas(32))[0].endswith("8 blocks/SM, 0.97 waves")

@@ -299,7 +299,7 @@ struct ca_dim3 { unsigned x = 1, y = 1, z = 1; };
 static ca_dim3 threadIdx, blockIdx, blockDim, gridDim;
 #define __CUDACC__
 #define __global__
-#define __launch_bounds__(x)
+#define __launch_bounds__(...)
 #define CA_HD inline
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline double rsqrt(double x) { return 1.0 / sqrt(x); }

@@ -36,6 +36,7 @@ from core.program import KernelProgram, LaunchLimits, TensorInfo
 from core.search.space import ScheduleSpace, env_from_task
 from core.tasks import load_task
 from core.toolchain import CompileCache, compile_cuda, nvrtc_info
+from core.toolchain.resources import find_nvcc, resource_report
 from tests.test_codegen_scan import SPLIT_STANDINS
 
 TASKS = Path(__file__).resolve().parents[1] / "resources" / "tasks"
@@ -509,9 +510,37 @@ def test_split_programs_compile_for_sm80_and_sm90(tmp_path):
         program = KernelProgram.from_json(low.program)
         assert any(b.get("zeroed") for b in low.program["buffers"]), case.name
         for schedule in [low.spec.default()] + [{**low.spec.default(), **x} for x in case.schedules]:
-            jobs += [(case.name, schedule, arch, program.with_schedule(schedule)) for arch in ARCHS]
+            for occ in (0, 1):
+                occupied = {**schedule, "OCC": occ}
+                jobs += [(case.name, occupied, arch, program.with_schedule(occupied)) for arch in ARCHS]
 
     _compile_all(jobs, cache)
+
+
+def test_only_split_kernels_have_the_occupancy_knob():
+    for name, split in (("red_mean_dim0", True), ("loss_mse", True), ("red_sum_dim1", False), ("red_var_dim1", False)):
+        low = lower_reduce(_example(name), "k")
+        assert ("OCC" in low.spec.default()) is split, name
+        if split:
+            assert low.spec.default()["OCC"] == 0          # off unless the search turns it on
+            assert "#if OCC\n__launch_bounds__(BLOCK, 2048 / BLOCK)\n#else\n__launch_bounds__(BLOCK)\n#endif" \
+                in low.program["source"]
+        else:
+            assert "OCC" not in low.program["source"]
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found (the register report needs it)")
+def test_occupancy_knob_reaches_the_compiler():
+    """OCC=1 holds a split kernel to the registers that 2048 / BLOCK resident blocks leave (32 at 256
+    threads); OCC=0 leaves nvcc's own choice, as before the knob (44 for red_mean_dim0's default)."""
+    low = lower_reduce(_example("red_mean_dim0"), "red_mean_dim0_reduce")
+    program = KernelProgram.from_json(low.program)
+    registers = {}
+    for occ in (0, 1):
+        built = program.with_schedule({**low.spec.default(), "OCC": occ})
+        report = resource_report(built.source, arch="sm_90", options=built.compile_options())
+        registers[occ] = report["red_mean_dim0_reduce"].registers
+    assert registers[1] <= 32 < registers[0]
 
 
 def _compile_all(jobs: list, cache: CompileCache) -> None:
@@ -553,7 +582,7 @@ static CaBlock* ca_block;
 #define __global__
 #define __device__
 #define __forceinline__ inline
-#define __launch_bounds__(x)
+#define __launch_bounds__(...)
 #define __shared__ static
 #define __restrict__ __restrict
 #define CA_HD inline

@@ -104,6 +104,7 @@ MAX_RANK = 8
 MAX_ACCESS_BYTES = 16
 STATIC_SHARED_BYTES = 48 * 1024
 TARGET_BLOCKS = 1056                  # 8 blocks of 256 threads on each of 132 SMs (H200)
+SM_THREADS = 2048                     # threads one SM holds (sm_80 and sm_90)
 ROWS_VALUES = (1, 2, 4)                # outputs per block (or warp) of the rows kernel
 ROWS_MIN_THREADS = 132 * 2048         # ROWS > 1 must leave a grid that can fill an H200 (132 SMs x 2048 threads)
 SPLIT_VALUES = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
@@ -617,6 +618,8 @@ def _knobs(plan: _Plan, widest: int, vec0: int) -> list[Knob]:
     if plan.split:
         knobs.append(Knob("SPLIT", _split_values(plan, vec0), "parts the reduction is split into "
                                                               "(the last part to finish merges them)"))
+        knobs.append(Knob("OCC", (0, 1), f"1: registers limited so that {SM_THREADS} / BLOCK blocks fit an SM "
+                                         "(the one wave SPLIT's default is sized for); 0: no limit"))
     return knobs
 
 
@@ -1014,6 +1017,19 @@ def _vec_ok(plan: _Plan) -> str:
     return " && ".join(checks) or "true"
 
 
+def _kernel_head(plan: _Plan) -> str:
+    """The kernel's launch bounds. A split kernel's grid (SPLIT's default) fills the GPU in one wave
+    of SM_THREADS / BLOCK blocks per SM only while a thread needs at most 32 registers at 256
+    threads; OCC=1 tells the compiler so. Off by default: it slows the schedules it makes spill and
+    grids too small to fill the GPU (docs/codegen.md, the reduce family's OCC)."""
+    if not plan.split:
+        return 'extern "C" __global__ void __launch_bounds__(BLOCK)'
+    # Not __launch_bounds__(BLOCK, 1) for OCC=0: an explicit minimum of 1 lets nvcc take more
+    # registers than its own choice (red_mean_dim0's default: 64 against 44).
+    return "\n".join(['extern "C" __global__ void', "#if OCC", f"__launch_bounds__(BLOCK, {SM_THREADS} / BLOCK)",
+                      "#else", "__launch_bounds__(BLOCK)", "#endif"])
+
+
 def _emit_rows(plan: _Plan) -> str:
     """One block (ROW_MODE 0) or warp (ROW_MODE 1) per output, ROWS outputs one after another;
     threads stride over j."""
@@ -1022,7 +1038,7 @@ def _emit_rows(plan: _Plan) -> str:
     row_mode = "ROW_MODE" if not plan.split else "0"
     split = "SPLIT" if plan.split else "1"
     rows = "ROWS" if not plan.split else "1"
-    L = ['extern "C" __global__ void __launch_bounds__(BLOCK)',
+    L = [_kernel_head(plan),
          f"{plan.kernel}({', '.join(_main_params(plan))})",
          "{",
          f"    using namespace {plan.kernel}_ns;",
@@ -1182,7 +1198,7 @@ def _emit_cols(plan: _Plan) -> str:
     a = plan.anchor
     ins = plan.pro_ins
     split = "SPLIT" if plan.split else "1"
-    L = ['extern "C" __global__ void __launch_bounds__(BLOCK)',
+    L = [_kernel_head(plan),
          f"{plan.kernel}({', '.join(_main_params(plan))})",
          "{",
          f"    using namespace {plan.kernel}_ns;",
