@@ -6,7 +6,7 @@
 #   PYTHONPATH=. SHARD_BASE=0 bash bench/onerun.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1
-known=${KNOWN:-docs/results/best-schedules-2026-12-04-known.json}
+known=${KNOWN:-docs/results/best-schedules-2026-12-04.json}
 if [ "${SHARD_BASE:-0}" = 0 ]; then
     export BEFORE="python3 -m pytest -q -m gpu tests/gpu/test_codegen_gpu.py -p no:cacheprovider \
 -k 'red_mean_dim0 or red_argmax_dim1 or loss_mse or loss_smooth_l1 or norm_batchnorm2d_train' 2>&1 | tail -3; \

@@ -510,7 +510,7 @@ def test_split_programs_compile_for_sm80_and_sm90(tmp_path):
         program = KernelProgram.from_json(low.program)
         assert any(b.get("zeroed") for b in low.program["buffers"]), case.name
         for schedule in [low.spec.default()] + [{**low.spec.default(), **x} for x in case.schedules]:
-            for occ in (0, 1):
+            for occ in (0, 1, 2):
                 occupied = {**schedule, "OCC": occ}
                 jobs += [(case.name, occupied, arch, program.with_schedule(occupied)) for arch in ARCHS]
 
@@ -523,8 +523,8 @@ def test_only_split_kernels_have_the_occupancy_knob():
         assert ("OCC" in low.spec.default()) is split, name
         if split:
             assert low.spec.default()["OCC"] == 0          # off unless the search turns it on
-            assert "#if OCC\n__launch_bounds__(BLOCK, 2048 / BLOCK)\n#else\n__launch_bounds__(BLOCK)\n#endif" \
-                in low.program["source"]
+            assert ("#if OCC == 1\n__launch_bounds__(BLOCK, 2048 / BLOCK)\n#elif OCC == 2\n__launch_bounds__(BLOCK, 1)\n"
+                    "#else\n__launch_bounds__(BLOCK)\n#endif") in low.program["source"]
         else:
             assert "OCC" not in low.program["source"]
 
@@ -532,15 +532,16 @@ def test_only_split_kernels_have_the_occupancy_knob():
 @pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found (the register report needs it)")
 def test_occupancy_knob_reaches_the_compiler():
     """OCC=1 holds a split kernel to the registers that 2048 / BLOCK resident blocks leave (32 at 256
-    threads); OCC=0 leaves nvcc's own choice, as before the knob (44 for red_mean_dim0's default)."""
+    threads); OCC=0 leaves nvcc's own choice, as before the knob (44 for red_mean_dim0's default);
+    OCC=2 lets it take more (64)."""
     low = lower_reduce(_example("red_mean_dim0"), "red_mean_dim0_reduce")
     program = KernelProgram.from_json(low.program)
     registers = {}
-    for occ in (0, 1):
+    for occ in (0, 1, 2):
         built = program.with_schedule({**low.spec.default(), "OCC": occ})
         report = resource_report(built.source, arch="sm_90", options=built.compile_options())
         registers[occ] = report["red_mean_dim0_reduce"].registers
-    assert registers[1] <= 32 < registers[0]
+    assert registers[1] <= 32 < registers[0] < registers[2]
 
 
 def _compile_all(jobs: list, cache: CompileCache) -> None:

@@ -618,8 +618,9 @@ def _knobs(plan: _Plan, widest: int, vec0: int) -> list[Knob]:
     if plan.split:
         knobs.append(Knob("SPLIT", _split_values(plan, vec0), "parts the reduction is split into "
                                                               "(the last part to finish merges them)"))
-        knobs.append(Knob("OCC", (0, 1), f"1: registers limited so that {SM_THREADS} / BLOCK blocks fit an SM "
-                                         "(the one wave SPLIT's default is sized for); 0: no limit"))
+        knobs.append(Knob("OCC", (0, 1, 2), "registers: 0 the compiler's choice; 1 at most what "
+                                            f"{SM_THREADS} / BLOCK resident blocks leave (the one wave SPLIT's "
+                                            "default is sized for); 2 up to what one block leaves"))
     return knobs
 
 
@@ -1020,14 +1021,13 @@ def _vec_ok(plan: _Plan) -> str:
 def _kernel_head(plan: _Plan) -> str:
     """The kernel's launch bounds. A split kernel's grid (SPLIT's default) fills the GPU in one wave
     of SM_THREADS / BLOCK blocks per SM only while a thread needs at most 32 registers at 256
-    threads; OCC=1 tells the compiler so. Off by default: it slows the schedules it makes spill and
-    grids too small to fill the GPU (docs/codegen.md, the reduce family's OCC)."""
+    threads; OCC=1 tells the compiler so. OCC=2 (a minimum of one block) lets it take more registers
+    than its own choice, for more loads in flight where the grid is small. Neither is a default
+    (docs/codegen.md, the reduce family's OCC)."""
     if not plan.split:
         return 'extern "C" __global__ void __launch_bounds__(BLOCK)'
-    # Not __launch_bounds__(BLOCK, 1) for OCC=0: an explicit minimum of 1 lets nvcc take more
-    # registers than its own choice (red_mean_dim0's default: 64 against 44).
-    return "\n".join(['extern "C" __global__ void', "#if OCC", f"__launch_bounds__(BLOCK, {SM_THREADS} / BLOCK)",
-                      "#else", "__launch_bounds__(BLOCK)", "#endif"])
+    return "\n".join(['extern "C" __global__ void', "#if OCC == 1", f"__launch_bounds__(BLOCK, {SM_THREADS} / BLOCK)",
+                      "#elif OCC == 2", "__launch_bounds__(BLOCK, 1)", "#else", "__launch_bounds__(BLOCK)", "#endif"])
 
 
 def _emit_rows(plan: _Plan) -> str:
