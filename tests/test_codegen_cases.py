@@ -113,6 +113,21 @@ def get_init_inputs():
     return []
 ''',
     # Row reductions in half precision, keepdim and a 3-D input.
+    # Integer modulo both ways (Python's and C's), divisors of both signs, int32 and int64.
+    "int_modulo": HEADER + '''
+class Model(nn.Module):
+    def forward(self, x, y):
+        d = torch.where(y >= 0, y + 1, y)           # a divisor of either sign, never zero
+        z = x.to(torch.int32)
+        return torch.fmod(x, d), torch.remainder(x, d), x % 7, torch.fmod(x, -3), torch.remainder(z, -5), z % d.to(torch.int32)
+
+def get_inputs():
+    sign = torch.randint(0, 2, (5, 29)) * 2 - 1
+    return [torch.randint(-50, 50, (5, 29)), sign * torch.randint(1, 9, (5, 29))]
+
+def get_init_inputs():
+    return []
+''',
     "rowreduce_amax_fp16": HEADER + '''
 class Model(nn.Module):
     def forward(self, x):

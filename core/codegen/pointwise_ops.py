@@ -181,8 +181,8 @@ def _sign(node: Node, a: list[str], ct: str) -> str:
 
 
 def _float_math2(name: str) -> Callable[[Node, list[str], str], str]:
-    """A two-operand C math function (atan2, hypot, copysign, fmod): floats only (PyTorch
-    promotes integer operands of the first three to float; fmod on integers is not lowered)."""
+    """A two-operand C math function (atan2, hypot, copysign) on floats (PyTorch promotes
+    integer operands of these to float)."""
     def emit(node: Node, a: list[str], ct: str) -> str:
         if not _is_float(ct):
             raise LoweringError(f"{name} on integers")
@@ -190,10 +190,14 @@ def _float_math2(name: str) -> Callable[[Node, list[str], str], str]:
     return emit
 
 
+def _fmod(node: Node, a: list[str], ct: str) -> str:
+    """C's remainder of a truncated division, as ATen's CUDA kernel (`%` on integers; a zero
+    divisor is undefined there as here)."""
+    return f"{math_fn('fmod', ct)}({a[0]}, {a[1]})" if _is_float(ct) else f"({a[0]} % {a[1]})"
+
+
 def _remainder(node: Node, a: list[str], ct: str) -> str:
-    if not _is_float(ct):
-        raise LoweringError("remainder on integers")
-    return f"ca_remainder({a[0]}, {a[1]})"      # Python's modulo (cuda_emit's prelude)
+    return f"ca_remainder({a[0]}, {a[1]})"      # Python's modulo (cuda_emit's prelude), floats and integers
 
 
 class LoweringError(Exception):
@@ -215,7 +219,7 @@ OPS: dict[str, Callable[[Node, list[str], str], str]] = {
     "sinh": _unary_math("sinh"), "cosh": _unary_math("cosh"), "asinh": _unary_math("asinh"),
     "acosh": _unary_math("acosh"), "atanh": _unary_math("atanh"),
     "atan2": _float_math2("atan2"), "hypot": _float_math2("hypot"), "copysign": _float_math2("copysign"),
-    "fmod": _float_math2("fmod"), "remainder": _remainder,
+    "fmod": _fmod, "remainder": _remainder,
     "floor": _unary_math("floor"), "ceil": _unary_math("ceil"), "trunc": _unary_math("trunc"),
     "round": _unary_math("rint"),
     "reciprocal": lambda n, a, ct: f"({literal(1, ct)} / {a[0]})",
