@@ -336,6 +336,11 @@ CASES: dict[str, tuple[torch.nn.Module, list[torch.Tensor], list[str]]] = {
     "cross_entropy_sum_bf16": (Fn(lambda m, x, t: F.cross_entropy(x, t, reduction="sum")),
                                [_randn(270, 50, scale=3.0, dtype=torch.bfloat16), _targets(270, 50)],
                                ["x", "targets"]),
+    # A batch of one row: a row group of a single row (a short one; a long one is split).
+    "cross_entropy_one_row": (Fn(lambda m, x, t: F.cross_entropy(x, t)), [_randn(1, 70, scale=3.0), torch.tensor([13])],
+                              ["x", "targets"]),
+    "log_softmax_one_row_fp16": (Fn(lambda m, x: torch.log_softmax(x, -1)),
+                                 [_randn(1, 300, scale=4.0, dtype=torch.float16)], ["x"]),
     # Picks along a middle dim (strided rows): K-dim cross-entropy, a gather of one row per column.
     "cross_entropy_kdim": (Fn(lambda m, x, t: F.cross_entropy(x, t)),
                            [_randn(6, 40, 30, scale=3.0), _kdim_targets((6, 30), 40)], ["x", "targets"]),

@@ -108,14 +108,15 @@ def row_signature(node: Node, graph: Graph) -> tuple[Shape, tuple[int, ...]] | N
 
 
 def rows_fit(shape: Shape, reduced: tuple[int, ...]) -> bool:
-    """Reducing these dims of this shape gives rows a row group takes: at least two of them, and
-    not a few long ones. Rows are contiguous when the innermost dim of size > 1 is reduced, and
-    strided otherwise (a softmax over a middle dim: neighbouring rows are adjacent in memory)."""
+    """Reducing these dims of this shape gives rows a row group takes: not a few long ones (a
+    single short row is one: a batch of one). Rows are contiguous when the innermost dim of size > 1
+    is reduced, and strided otherwise (a softmax over a middle dim: neighbouring rows are adjacent
+    in memory)."""
     big = [d for d in range(len(shape)) if shape[d] > 1]
     red = [d for d in reduced if shape[d] > 1]
     kept = [d for d in big if d not in red]
-    if not red or not kept:
-        return False                  # nothing reduced, or a single row
+    if not red:
+        return False                  # nothing reduced
     n_rows, row_len = math.prod(shape[d] for d in kept), math.prod(shape[d] for d in red)
     return n_rows >= MIN_ROWS or row_len < LONG_ROW
 
@@ -244,9 +245,9 @@ def _plan(graph: Graph, kernel: str) -> _Plan:
     big = [d for d in range(len(space)) if space[d] > 1]
     reduced = tuple(d in dims for d in range(len(space)))
     kept = [d for d in big if d not in dims]
-    if not dims or not kept:
-        raise _error(graph, f"the row-normalise family reduces rows (some dims of size > 1 reduced, at least "
-                            f"two rows); {list(space)} over {sorted(dims)} is not.")
+    if not dims:
+        raise _error(graph, f"the row-normalise family reduces rows (some dims of size > 1 reduced); "
+                            f"{list(space)} over {sorted(dims)} is not.")
     n_rows = math.prod(space[d] for d in kept)
     row_len = math.prod(space[d] for d in sorted(dims))
     kept_sizes, red_sizes = [space[d] for d in kept], [space[d] for d in sorted(dims)]
