@@ -496,3 +496,15 @@ def test_no_re_measure_without_a_pool_that_can_or_when_turned_off(task, record, 
     opt.run()
     assert pool.remeasured == []
     project.close()
+
+
+def test_the_first_episode_can_start_from_another_schedule(task, record, tmp_path):
+    start = {"BLOCK": 64, "UNROLL": 8}
+    opt, project, _, events = make(task, record, tmp_path, budget=Budget(evaluations=6), start=start)
+    opt.run()
+    evaluated = [project.candidate(e.candidate_id) for e in events if isinstance(e, CandidateEvaluated)]
+    assert evaluated[0].schedule == start and evaluated[0].parent_id is None
+    # the next one is a move from there; the default stays the program's (features say "default" of it)
+    assert evaluated[1].parent_id == evaluated[0].id
+    assert opt.space.default() == search_program().schedule != start
+    project.close()

@@ -1,6 +1,7 @@
 """`cuda-agent train`'s logic on made-up records (CPU): the split, mask-to-record, learning, weights."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,50 @@ def test_the_train_command_logs_progress_and_writes_loadable_weights(record, tmp
     assert "round 1 of 2 done" in out and "round 2 of 2 done" in out and f"weights written to {weights}" in out
     policy = make_policy("ppo", weights=weights)
     assert policy.meta["trained_on"] == ["act_gelu"] and policy.meta["held_out"] == []
+
+
+def test_the_target_bonus_pays_once_per_episode_and_never_past_the_start():
+    from core.search.reward import RewardConfig, RewardTracker
+
+    plain = RewardConfig()
+    config = RewardConfig(target_ms=1.0, target_bonus=3.0)
+    # no eager/compile times: only the shaped term and the target bonus
+    assert RewardTracker(plain).reward("measured", 0.9, 1.2, None, None) == pytest.approx(math.log(1.2 / 0.9))
+    tracker = RewardTracker(config)
+    assert tracker.reward("measured", 1.1, 1.2, None, None) == pytest.approx(math.log(1.2 / 1.1))
+    assert tracker.reward("measured", 0.9, 1.1, None, None) == pytest.approx(math.log(1.1 / 0.9) + 3.0)
+    assert tracker.reward("measured", 0.8, 0.9, None, None) == pytest.approx(math.log(0.9 / 0.8))   # paid once
+    started_past = RewardTracker(config)
+    started_past.start_from(0.95, None, None)
+    assert started_past.reward("measured", 0.9, 0.95, None, None) == pytest.approx(math.log(0.95 / 0.9))
+    assert RewardTracker(RewardConfig(target_ms=1.0)).reward("measured", 0.9, 1.2, None, None) == \
+        pytest.approx(math.log(1.2 / 0.9))       # no bonus configured: the run's reward
+
+
+def test_random_starts_start_visits_from_recorded_schedules(record, monkeypatch):
+    import core.search.training as training
+    from core.search.training import recorded_schedules
+    from tests.support.replay_run import made_up_fails, search_program
+
+    schedules = recorded_schedules(record)
+    # every measured schedule once (the made-up failure is not a place to start from)
+    assert len(schedules) == 19 and all(not made_up_fails(s) for s in schedules)
+    assert search_program().schedule in schedules
+    starts, firsts = [], []
+    real = training.search_record
+
+    def spy(*args, **kwargs):
+        starts.append(kwargs.get("start"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(training, "search_record", spy)
+    info = describe_records([record])[0]
+    train([info], rounds=12, budget=4, seed=0)
+    assert starts == [None] * 12                  # off: every visit from the default
+    starts.clear()
+    policy, report = train([info], rounds=12, budget=4, seed=0, random_starts=1.0, target_bonus=1.0)
+    assert all(s in schedules for s in starts) and len({tuple(sorted(s.items())) for s in starts}) > 3
+    assert policy.meta["random_starts"] == 1.0 and policy.meta["target_bonus"] == 1.0
+    starts.clear()
+    train([info], rounds=40, budget=4, seed=0, random_starts=0.5)
+    assert 5 < sum(s is not None for s in starts) < 35

@@ -75,17 +75,21 @@ def run_trial(record: str | Path, policy: str, seed: int, budget: int,
 
 
 def search_record(record: str | Path, build_policy: Callable[[Any], Any], label: str, seed: int, budget: int,
-                  unrecorded: str, target_fraction: float = TARGET_FRACTION, max_idle_episodes: int = 50) -> Trial:
+                  unrecorded: str, target_fraction: float = TARGET_FRACTION, max_idle_episodes: int = 50,
+                  start: dict[str, int] | None = None, target_bonus: float = 0.0) -> Trial:
     """Run the optimiser on a replay of one record from the record's first candidate (the default
     schedule where the recorded search started), with build_policy(space) as the policy, in a
     throw-away project; the Trial notes when a candidate first came within target_fraction of the
-    record's best time."""
+    record's best time. Training only: `start` is another schedule to start from (the default
+    stays the program's), and `target_bonus` is paid once per episode for reaching the target
+    (RewardConfig.target_bonus)."""
     from core.program import KernelProgram
     from core.project import Project
 
     from .events import CandidateEvaluated
     from .optimizer import Budget, Optimizer
     from .replay import ReplayPool
+    from .reward import RewardConfig
     from .space import ScheduleSpace
 
     with Project.open(record, readonly=True) as source:
@@ -112,7 +116,9 @@ def search_record(record: str | Path, build_policy: Callable[[Any], Any], label:
             space = ScheduleSpace.from_program(program, task, constraints=generator_constraints(task, program))
             opt = Optimizer(task, program, pool, project, build_policy(space), Budget(evaluations=budget), [watch],
                             seed=seed, space=space, unrecorded=unrecorded, resume=False,
-                            max_idle_episodes=max_idle_episodes)
+                            max_idle_episodes=max_idle_episodes, start=start,
+                            reward=RewardConfig(target_ms=best_known / target_fraction, target_bonus=target_bonus)
+                            if target_bonus else None)
             summary = opt.run()
         finally:
             project.close()

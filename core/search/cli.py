@@ -341,6 +341,11 @@ def add_train_parser(sub: Any) -> None:
     p.add_argument("--seeds", type=int, default=5, help="held-out trials per policy and record (default 5)")
     p.add_argument("--eval-budget", type=int, default=100, help="evaluations per held-out trial (default 100)")
     p.add_argument("--report", metavar="FILE.md", help="also write the held-out table to this file")
+    p.add_argument("--random-starts", type=float, default=0.0, metavar="F",
+                   help="fraction of visits that start from a random measured schedule of the record instead "
+                        "of the default (default 0)")
+    p.add_argument("--target-bonus", type=float, default=0.0, metavar="B",
+                   help="reward for reaching 97 %% of the record's best, once per episode (default 0)")
     p.set_defaults(func=cmd_train)
 
 
@@ -368,6 +373,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         return _fail(f"[red]no such project or folder:[/red] {', '.join(missing)}")
     if min(args.rounds, args.budget, args.seeds, args.eval_budget) < 1 or args.hold_out < 0:
         return _fail("[red]--rounds, --budget, --seeds and --eval-budget must be at least 1, --hold-out at least 0[/red]")
+    if not 0.0 <= args.random_starts <= 1.0 or args.target_bonus < 0:
+        return _fail("[red]--random-starts must be within 0..1, --target-bonus at least 0[/red]")
     try:
         records = describe_records(files)
     except ProjectError as exc:
@@ -392,7 +399,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             if not console.is_terminal and len(episodes) % len(training) == 0:    # a log: one line per round
                 console.print(f"round {len(episodes) // len(training)} of {args.rounds} done")
 
-        policy, report = train(training, rounds=args.rounds, budget=args.budget, seed=args.seed, progress=step)
+        policy, report = train(training, rounds=args.rounds, budget=args.budget, seed=args.seed, progress=step,
+                               random_starts=args.random_starts, target_bonus=args.target_bonus)
     medians = report.round_medians(args.budget)
     console.print(f"median evaluations to 97 % of the best, per round: {' '.join(f'{m:g}' for m in medians)} "
                   f"({report.updates} policy updates)", soft_wrap=True)

@@ -66,7 +66,7 @@ class Optimizer:
                  reward: RewardConfig | None = None, unrecorded: str = "penalise",
                  space: ScheduleSpace | None = None, gpu: dict[str, Any] | None = None,
                  max_idle_episodes: int = 50, resume: bool = True, compile_ahead: int = 0,
-                 confirm_rounds: int = 0):
+                 confirm_rounds: int = 0, start: dict[str, int] | None = None):
         if unrecorded not in ("penalise", "skip", "mask"):
             raise ValueError("unrecorded must be 'penalise', 'skip' or 'mask'")
         self.task, self.program, self.pool, self.project, self.policy = task, program, pool, project, policy
@@ -91,6 +91,9 @@ class Optimizer:
         # After the last candidate, the best is re-measured in `confirm_rounds` rounds interleaved
         # with eager (pools that can: the GPU evaluator); 0: not.
         self.confirm_rounds = confirm_rounds if hasattr(pool, "remeasure") else 0
+        # Where the first episode starts (measured first, like the default it replaces); None: the
+        # default schedule. Training uses it to start visits from other recorded schedules.
+        self.start = dict(start) if start is not None else None
         self._compiler: ThreadPoolExecutor | None = None
         self._measurer: ThreadPoolExecutor | None = None
         self._ahead: dict[str, Future] = {}
@@ -292,7 +295,8 @@ class Optimizer:
 
     def _loop(self) -> str:
         started = time.monotonic()
-        first = _Start(1, None, self.space.default())     # a branch's first start: its fallback
+        first = _Start(1, None, dict(self.start) if self.start is not None else self.space.default())
+        # (a branch's first start: its fallback)
         start = first
         idle = 0
         while True:

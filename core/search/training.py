@@ -7,6 +7,12 @@ teaches it something true. Records are split by task into a training set and a h
 for a number of rounds (each round visits every training record once, in a shuffled order,
 for a budget of evaluations) and the weights are written with the names of both sets, so
 `cuda-agent bench-search` can report on tasks the policy never saw.
+
+Two training-only options (off by default; docs/search.md, "Training"): `random_starts`, the
+fraction of visits whose first episode starts from a schedule drawn at random from the record's
+measured ones instead of the default, so every record teaches moves from slow schedules too (on
+most records the default is already near the best); and `target_bonus`, a reward paid once per
+episode when a candidate comes within 97 % of the record's best, which only a record knows.
 """
 from __future__ import annotations
 
@@ -78,23 +84,50 @@ def split_records(records: list[RecordInfo], held_out_every: int = 3) -> tuple[l
     return train, held
 
 
+def recorded_schedules(path: str | Path) -> list[dict[str, int]]:
+    """The distinct schedules a record measured correctly, in the record's order, over the knobs of
+    its first candidate's program (the space a search of the record walks)."""
+    from core.program import KernelProgram
+    from core.project import Project
+
+    with Project.open(path, readonly=True) as project:
+        first = next(project.candidates(limit=1), None)
+        if first is None or first.kind != "program":
+            return []
+        knobs = KernelProgram.from_json(first.program).tunables
+        out: dict[tuple, dict[str, int]] = {}
+        for rec in project.candidates(status="measured"):
+            if rec.kind != "program" or rec.median_ms is None or any(k not in rec.schedule for k in knobs):
+                continue
+            schedule = {k: int(rec.schedule[k]) for k in sorted(knobs)}
+            out.setdefault(tuple(schedule.items()), schedule)
+    return list(out.values())
+
+
 def train(records: list[RecordInfo], *, rounds: int = 10, budget: int = 40, seed: int = 0, policy: Any = None,
-          progress: Callable[[Episode], None] | None = None) -> tuple[Any, TrainReport]:
+          progress: Callable[[Episode], None] | None = None, random_starts: float = 0.0,
+          target_bonus: float = 0.0) -> tuple[Any, TrainReport]:
     """Train `policy` (default: a fresh PPO) on the records; returns it and the per-episode report.
-    The split is the caller's: pass only training records here."""
+    The split is the caller's: pass only training records here. `random_starts` (0..1) of the
+    visits start from a random measured schedule of the record; `target_bonus` is paid for reaching
+    97 % of the record's best (both 0: every visit from the default, the run's reward)."""
     from .features import ACTION_SIZE, STATE_SIZE
     from .policies.ppo import PPOPolicy
 
     policy = policy or PPOPolicy(STATE_SIZE, ACTION_SIZE, seed=seed)
     report = TrainReport(list(records), [])
     rng = random.Random(seed)
+    starts = {r.path: recorded_schedules(r.path) for r in records} if random_starts > 0 else {}
     for round_index in range(rounds):
         order = list(records)
         rng.shuffle(order)
         for record in order:
+            start = None
+            if random_starts > 0 and starts[record.path] and rng.random() < random_starts:
+                start = rng.choice(starts[record.path])
             # Two episodes in a row with nothing new end the visit: the record has no more to teach here.
             trial = search_record(record.path, lambda space: policy, "ppo", rng.randrange(1 << 30), budget, "mask",
-                                  max_idle_episodes=2)
+                                  max_idle_episodes=2, start=start, target_bonus=target_bonus)
             policy.update()     # what a short visit gathered: learned once a batch is full
             episode = Episode(round_index, record.task, trial.to_target, trial.evaluations)
             report.episodes.append(episode)
@@ -103,4 +136,8 @@ def train(records: list[RecordInfo], *, rounds: int = 10, budget: int = 40, seed
     report.updates = getattr(policy, "updates", 0)
     policy.meta = {**policy.meta, "trained_on": sorted({r.task for r in records}), "rounds": rounds,
                    "budget": budget, "seed": seed}
+    if random_starts > 0:
+        policy.meta["random_starts"] = random_starts
+    if target_bonus:
+        policy.meta["target_bonus"] = target_bonus
     return policy, report
