@@ -38,6 +38,10 @@ def main() -> int:
     ap.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE", help="PPOConfig fields for training")
     ap.add_argument("--weights", help="start training from these weights instead of fresh ones")
     ap.add_argument("--cache", help="trials of random, blind and ppo-untrained (read and written)")
+    ap.add_argument("--validate", nargs="+", type=float, metavar="T",
+                    help="choose a temperature without the held-out tasks: split the training records again "
+                         "(every third of each family), train on the rest, and compare ppo at these "
+                         "temperatures with random search on that validation split; no held-out trials")
     args = ap.parse_args()
 
     from core.search.features import ACTION_SIZE, STATE_SIZE
@@ -45,6 +49,10 @@ def main() -> int:
 
     files = sorted(Path(args.records).glob("*.cuagent"))
     training, held = split_records(describe_records(files), 3)
+    if args.validate:
+        training, held = split_records(training, 3)
+        print("validation: training on " + ", ".join(r.task for r in training) + "; validating on "
+              + ", ".join(r.task for r in held), flush=True)
     overrides = {}
     for item in args.set:
         key, value = item.split("=", 1)
@@ -61,6 +69,8 @@ def main() -> int:
           + " ".join(f"{m:g}" for m in medians), flush=True)
     policy.meta["held_out"] = [r.task for r in held]
     policy.save(args.out)
+    if args.validate:
+        return validate(args, held)
 
     key = {"records": [str(r.path) for r in held], "seeds": args.seeds, "budget": args.eval_budget}
     cached: list[Trial] = []
@@ -93,6 +103,30 @@ def main() -> int:
         print(f"{label}: " + ", ".join(f"{p} {v:g}" for p, v in m.items())
               + f"; ppo/random {m['ppo'] / m['random']:.0%}, untrained/ppo {m['ppo-untrained'] / m['ppo']:.2f}x")
     print(f"held-out trials in {eval_s:.0f} s", flush=True)
+    return 0
+
+
+def validate(args: argparse.Namespace, held: list) -> int:
+    """ppo at each temperature (the trained weights with PPOConfig.temperature set) against random
+    search on the validation records; medians over records and seeds, all and default-misses."""
+    state = json.loads(Path(args.out).read_text())
+    records = [r.path for r in held]
+    trials = [t for t in compare(records, [], args.seeds, args.eval_budget) if t.policy == "random"]
+    results = {}
+    for temperature in args.validate:
+        state["config"]["temperature"] = temperature
+        path = Path(args.out).with_suffix(f".t{temperature:g}.json")
+        path.write_text(json.dumps(state))
+        mine = [dataclasses.replace(t, policy=f"ppo@{temperature:g}")
+                for t in compare(records, ["ppo"], args.seeds, args.eval_budget, weights=path) if t.policy == "ppo"]
+        results[temperature] = mine
+        trials += mine
+    table = markdown(trials, args.eval_budget)
+    Path(args.report).write_text(table)
+    print(table)
+    for label, subset in (("all", trials), ("default misses", default_misses(trials))):
+        m = overall(subset, args.eval_budget)
+        print(f"validation, {label}: " + ", ".join(f"{p} {v:g}" for p, v in m.items()), flush=True)
     return 0
 
 

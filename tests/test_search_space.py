@@ -122,6 +122,34 @@ def test_ppo_scores_any_number_of_actions_with_the_same_weights():
         assert policy.probabilities(_bandit_state(arms, [0.0] * 4), [True] * arms)[0] > 0.7
 
 
+def test_ppo_temperature_sharpens_choices_and_travels_with_the_weights(tmp_path):
+    """PPOConfig.temperature divides the scores: probabilities are softmax(scores / T), the same when
+    choosing, in probabilities() and in the update's log-probabilities; the weights file carries it."""
+    import json
+
+    import torch
+
+    policy = PPOPolicy(4, ACTION_SIZE, seed=0)
+    arms = 6
+    state = _bandit_state(arms, [1.0, 0.0, 0.5, -0.5])
+    mask = [True] * arms
+    mask[1] = False
+    base = torch.tensor(policy.probabilities(state, mask))
+    policy.save(tmp_path / "w.json")
+    data = json.loads((tmp_path / "w.json").read_text())
+    assert data["config"]["temperature"] == 1.0
+    data["config"]["temperature"] = 0.25
+    (tmp_path / "sharp.json").write_text(json.dumps(data))
+    sharp = load_weights(tmp_path / "sharp.json")
+    assert sharp.config.temperature == 0.25
+    probs = torch.tensor(sharp.probabilities(state, mask))
+    expected = torch.where(torch.tensor(mask), base.clamp_min(1e-30).log() * 4, torch.tensor(float("-inf")))
+    assert probs.tolist() == pytest.approx(torch.softmax(expected, 0).tolist(), abs=1e-5)
+    assert probs[1] == 0.0 and probs.max() > base.max()
+    choice = sharp.propose(state, mask, random.Random(0))
+    assert sharp._pending["logp"] == pytest.approx(math.log(probs[choice]), abs=1e-5)
+
+
 def test_ppo_without_action_features_is_a_clear_error():
     policy = PPOPolicy(4, ACTION_SIZE)
     with pytest.raises(ValueError, match="one feature vector per action"):

@@ -42,6 +42,8 @@ class PPOConfig:
     max_grad_norm: float = 0.5
     min_batch: int = 16            # update() waits until this many transitions are gathered
     max_edits: int = 3             # edits of different knobs one move may hold before it is evaluated
+    temperature: float = 1.0       # the actor's scores are divided by this (below 1: sharper choices), when
+                                   # choosing and in the updates alike, so the run stays on-policy
 
 
 class ActorCritic(nn.Module):
@@ -59,14 +61,15 @@ class ActorCritic(nn.Module):
         self.critic = nn.Linear(hidden, 1)
 
     def forward(self, x: torch.Tensor, actions: torch.Tensor, mask: torch.Tensor,
-                present: torch.Tensor | None = None) -> tuple[torch.distributions.Categorical, torch.Tensor]:
+                present: torch.Tensor | None = None, temperature: float = 1.0
+                ) -> tuple[torch.distributions.Categorical, torch.Tensor]:
         """x [B, S], actions [B, N, A], mask [B, N] (True = allowed), present [B, N] (False = padding)."""
         e = self.embed(actions)
         weight = (present if present is not None else torch.ones_like(mask)).unsqueeze(-1).float()
         context = (e * weight).sum(1) / weight.sum(1).clamp_min(1.0)
         h = self.body(torch.cat([x, context], dim=-1))
         pairs = torch.cat([h.unsqueeze(1).expand(-1, actions.shape[1], -1), e], dim=-1)
-        logits = self.scorer(pairs).squeeze(-1).masked_fill(~mask, float("-inf"))
+        logits = (self.scorer(pairs).squeeze(-1) / temperature).masked_fill(~mask, float("-inf"))
         return torch.distributions.Categorical(logits=logits), self.critic(h).squeeze(-1)
 
 
@@ -125,7 +128,7 @@ class PPOPolicy(Policy):
         allowed(mask)
         x, acts, m = self._tensors(state, mask)
         with torch.no_grad():
-            dist, value = self.net(x[None], acts[None], m[None])
+            dist, value = self.net(x[None], acts[None], m[None], temperature=self.config.temperature)
             # Sample with the caller's rng so runs are reproducible independent of torch's global state.
             probs = dist.probs[0].tolist()
             action = rng.choices(range(len(mask)), weights=probs)[0]
@@ -175,7 +178,7 @@ class PPOPolicy(Policy):
             order = torch.randperm(len(batch))
             for start in range(0, len(batch), c.minibatch):
                 idx = order[start:start + c.minibatch]
-                dist, value = self.net(x[idx], acts[idx], m[idx], present[idx])
+                dist, value = self.net(x[idx], acts[idx], m[idx], present[idx], self.config.temperature)
                 ratio = torch.exp(dist.log_prob(a[idx]) - old_logp[idx])
                 clipped = torch.clamp(ratio, 1 - c.clip, 1 + c.clip)
                 policy_loss = -torch.min(ratio * adv_t[idx], clipped * adv_t[idx]).mean()
@@ -196,7 +199,7 @@ class PPOPolicy(Policy):
     def probabilities(self, state: SearchState, mask: list[bool]) -> list[float]:
         x, acts, m = self._tensors(state, mask)
         with torch.no_grad():
-            dist, _ = self.net(x[None], acts[None], m[None])
+            dist, _ = self.net(x[None], acts[None], m[None], temperature=self.config.temperature)
         return dist.probs[0].tolist()
 
     def state_dict(self) -> dict[str, Any]:
