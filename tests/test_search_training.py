@@ -138,3 +138,15 @@ def test_random_starts_start_visits_from_recorded_schedules(record, monkeypatch)
     starts.clear()
     train([info], rounds=40, budget=4, seed=0, random_starts=0.5)
     assert 5 < sum(s is not None for s in starts) < 35
+
+
+def test_the_train_command_writes_the_temperature_for_use(record, tmp_path):
+    from core.cli import main
+    from core.search.policies.ppo import load_weights
+
+    weights = tmp_path / "sharp.json"
+    assert main(["train", str(record), "--out", str(weights), "--rounds", "1", "--budget", "4", "--hold-out", "0",
+                 "--temperature", "0.5", "--target-bonus", "1"]) == 0
+    assert load_weights(weights).config.temperature == 0.5
+    assert main(["train", str(record), "--out", str(weights), "--temperature", "0"]) == 2
+    assert main(["train", str(record), "--out", str(weights), "--random-starts", "1.5"]) == 2

@@ -346,6 +346,9 @@ def add_train_parser(sub: Any) -> None:
                         "of the default (default 0)")
     p.add_argument("--target-bonus", type=float, default=0.0, metavar="B",
                    help="reward for reaching 97 %% of the record's best, once per episode (default 0)")
+    p.add_argument("--temperature", type=float, default=1.0, metavar="T",
+                   help="the temperature written into the weights for their use (PPOConfig.temperature; "
+                        "training itself runs at 1; default 1)")
     p.set_defaults(func=cmd_train)
 
 
@@ -373,8 +376,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         return _fail(f"[red]no such project or folder:[/red] {', '.join(missing)}")
     if min(args.rounds, args.budget, args.seeds, args.eval_budget) < 1 or args.hold_out < 0:
         return _fail("[red]--rounds, --budget, --seeds and --eval-budget must be at least 1, --hold-out at least 0[/red]")
-    if not 0.0 <= args.random_starts <= 1.0 or args.target_bonus < 0:
-        return _fail("[red]--random-starts must be within 0..1, --target-bonus at least 0[/red]")
+    if not 0.0 <= args.random_starts <= 1.0 or args.target_bonus < 0 or args.temperature <= 0:
+        return _fail("[red]--random-starts must be within 0..1, --target-bonus at least 0, --temperature above 0[/red]")
     try:
         records = describe_records(files)
     except ProjectError as exc:
@@ -405,6 +408,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     console.print(f"median evaluations to 97 % of the best, per round: {' '.join(f'{m:g}' for m in medians)} "
                   f"({report.updates} policy updates)", soft_wrap=True)
     policy.meta["held_out"] = [r.task for r in held]
+    policy.config.temperature = args.temperature      # for the weights' use; training ran at 1
     out = Path(args.out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
