@@ -295,8 +295,8 @@ class Optimizer:
 
     def _loop(self) -> str:
         started = time.monotonic()
+        # A branch's first start: its fallback.
         first = _Start(1, None, dict(self.start) if self.start is not None else self.space.default())
-        # (a branch's first start: its fallback)
         start = first
         idle = 0
         while True:
