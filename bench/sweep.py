@@ -2,7 +2,7 @@
 figures of the generators' issue (eager, torch.compile, default schedule, best of the sweep, floor).
 
     PYTHONPATH=. python3 bench/sweep.py [--tasks NAME ...] [--evals 24 | --record-all MAX] [--shard 0/2]
-                                        [--known FILE] [--deadline S] [--out DIR]
+                                        [--known FILE [--neighbours]] [--deadline S] [--out DIR]
 
 For each example task the code generators accept: start an evaluator, measure the baselines,
 evaluate the default schedule and then legal schedules drawn at random (at most --evals in all;
@@ -11,9 +11,11 @@ MAX schedules: dense records for `cuda-agent train`), and record every verdict i
 (OUT/projects/TASK.cuagent), so the sweep can be replayed and used to train policies. Writes
 OUT/sweep.json after each task and OUT/sweep.md at the end; stops starting tasks once --deadline
 seconds have passed since it started, so a run ends inside the device's time limit with what it measured.
-With --known FILE (JSON: {task: {"schedule": {...}}}, e.g. the best schedules of earlier sweeps), each
-task's known schedule is evaluated right after the default, before any random one: `--evals 2` times
-again exactly the default and the earlier best (knobs the file lacks keep their default value).
+With --known FILE (JSON: {task: {"schedule": {...}, "also": [...]}}, e.g. the best schedules of earlier
+sweeps), each task's known schedules are evaluated right after the default, before any random one:
+`--evals 2` times again exactly the default and the earlier best (knobs the file lacks keep their
+default value). With --neighbours, the legal schedules one knob away from the first known one (or the
+default) come next: a local search before the random draws.
 """
 from __future__ import annotations
 
@@ -45,17 +47,32 @@ def log(*a) -> None:
     print(*a, flush=True)
 
 
-def pick_schedules(space: ScheduleSpace, evals: int, seed: str,
-                   known: dict | None = None) -> tuple[list[dict], int | None]:
-    """The default first, then the known schedule (when legal), then distinct legal schedules at
-    random; and the number of legal ones (None when the default and the known one are all that is
-    asked: listing a multi-kernel space takes minutes)."""
+def first_schedules(space: ScheduleSpace, known: dict | list[dict] | None = None,
+                    neighbours: bool = False) -> list[dict]:
+    """The default, then the known schedule or schedules (those legal; knobs they lack keep their
+    default), with `neighbours` then the legal schedules that differ from the first known one (or
+    from the default) in one knob: a local search around the best point known before any random draw."""
     default = space.default()
     first = [default]
-    if known:
-        wanted = {**default, **{k: v for k, v in known.items() if k in default}}
-        if wanted != default and space.legal(wanted):
+    for point in ([known] if isinstance(known, dict) else known or []):
+        wanted = {**default, **{k: v for k, v in point.items() if k in default}}
+        if wanted not in first and space.legal(wanted):
             first.append(wanted)
+    if neighbours:
+        centre = first[1] if len(first) > 1 else default
+        for knob in space.knobs:
+            for value in knob.values:
+                near = {**centre, knob.name: value}
+                if near not in first and space.legal(near):
+                    first.append(near)
+    return first
+
+
+def pick_schedules(space: ScheduleSpace, evals: int, seed: str,
+                   known: dict | list[dict] | None = None, neighbours: bool = False) -> tuple[list[dict], int | None]:
+    """first_schedules, then distinct legal schedules at random; and the number of legal ones (None
+    when the first ones are all that is asked: listing a multi-kernel space takes minutes)."""
+    first = first_schedules(space, known, neighbours)
     if evals <= len(first):
         return first[:max(1, evals)], None
     legal = list(space.enumerate(cap=100_000))
@@ -64,12 +81,17 @@ def pick_schedules(space: ScheduleSpace, evals: int, seed: str,
     return (first + rest)[:max(1, evals)], len(legal)
 
 
+def _known_points(entry: dict) -> list[dict]:
+    """A --known entry's schedules: "schedule" (an earlier best) first, then any "also" points."""
+    return ([entry["schedule"]] if entry.get("schedule") else []) + list(entry.get("also", []))
+
+
 def sweep_task(task, gen, evals: int, projects: Path, settings: SupervisorSettings, stop_at: float,
-               known: dict | None = None) -> dict:
+               known: dict | list[dict] | None = None, neighbours: bool = False) -> dict:
     """Evaluate the task's schedules; at the monotonic time `stop_at` stop evaluating and keep what
     was measured (the row says "truncated")."""
     space = ScheduleSpace.from_program(gen.program, task, constraints=gen.space_constraints)
-    schedules, n_legal = pick_schedules(space, evals, task.name, known)
+    schedules, n_legal = pick_schedules(space, evals, task.name, known, neighbours)
     row: dict = {"task": task.name, "family": gen.family, "legal_schedules": n_legal, "failures": [],
                  "kernels": len(gen.program.launches)}
     t0 = time.perf_counter()
@@ -90,15 +112,15 @@ def sweep_task(task, gen, evals: int, projects: Path, settings: SupervisorSettin
         row["compile_error"] = b.compile_error
         best = None
         row["evaluated"] = 0
-        known_at = 1 if known and len(schedules) > 1 and all(
-            schedules[1].get(k) == v for k, v in known.items() if k in schedules[1]) else None
+        n_known, n_first = (len(first_schedules(space, known, n)) for n in (False, neighbours))
         for i, (schedule, candidate) in enumerate(zip(schedules, candidates)):
             if time.monotonic() > stop_at:
                 row["truncated"] = True
                 compiles.shutdown(wait=False, cancel_futures=True)
                 break
             row["evaluated"] = i + 1
-            origin = "default" if i == 0 else "known" if i == known_at else "random"
+            origin = "default" if i == 0 else "known" if i < n_known else \
+                "neighbour" if i < n_first else "random"
             rec = CandidateRecord.from_program(candidate, origin=f"sweep:{origin}")
             project.add_candidate(rec)
             result = ev.evaluate(candidate)
@@ -198,7 +220,10 @@ def main() -> int:
     ap.add_argument("--deadline", type=float, default=540.0, help="start no task after this many seconds")
     ap.add_argument("--timed-ms", type=float, default=SupervisorSettings.timed_ms,
                     help="wall time of each timing's repetitions (at least 20 are run)")
-    ap.add_argument("--known", type=Path, help="JSON {task: {\"schedule\": {...}}}: evaluated right after the default")
+    ap.add_argument("--known", type=Path, help="JSON {task: {\"schedule\": {...}, \"also\": [{...}, ...]}}: "
+                                               "evaluated right after the default, in that order")
+    ap.add_argument("--neighbours", action="store_true",
+                    help="after the known schedule (or the default), every legal one differing from it in one knob")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
     known = json.loads(args.known.read_text()) if args.known else {}
@@ -241,7 +266,7 @@ def main() -> int:
             continue
         try:
             row = sweep_task(task, gen, evals, projects, settings, stop_at,
-                             (known.get(task.name) or {}).get("schedule"))
+                             _known_points(known.get(task.name) or {}), args.neighbours)
             per_task_s.append(row["startup_and_baselines_s"])
             if row["evaluated"]:
                 per_eval_s.append((row["seconds"] - row["startup_and_baselines_s"]) / row["evaluated"])

@@ -78,6 +78,18 @@ def test_sweep_picks_the_default_first_then_distinct_legal_schedules():
     assert again == [space.default(), {**space.default(), "UNROLL": 4}]
     illegal, _ = sweep.pick_schedules(space, 2, "act_gelu", known={"BLOCK": 2048})     # over 1024 threads
     assert illegal[0] == space.default() and illegal[1] != {**space.default(), "BLOCK": 2048}
+    # several known points in order (duplicates and illegal ones dropped), then the first one's
+    # one-knob neighbours before any random draw
+    points = [{"UNROLL": 4}, {"BLOCK": 2048}, {"UNROLL": 4}, {"BLOCK": 128, "UNROLL": 2}]
+    first = sweep.first_schedules(space, points, neighbours=True)
+    centre = {**space.default(), "UNROLL": 4}
+    assert first[:3] == [space.default(), centre, {**space.default(), "BLOCK": 128, "UNROLL": 2}]
+    near = first[3:]
+    assert near and all(space.legal(s) and sum(s[k] != centre[k] for k in centre) == 1 for s in near)
+    assert len({tuple(sorted(s.items())) for s in first}) == len(first)
+    picked, _ = sweep.pick_schedules(space, len(first) + 2, "act_gelu", points, neighbours=True)
+    assert picked[:len(first)] == first and len(picked) == len(first) + 2
+    assert sweep._known_points({"schedule": {"UNROLL": 4}, "also": [{"VEC": 1}]}) == [{"UNROLL": 4}, {"VEC": 1}]
 
 
 def test_sweep_record_all_skips_spaces_larger_than_asked(tmp_path, monkeypatch):
