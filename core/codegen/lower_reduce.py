@@ -108,10 +108,8 @@ SM_THREADS = 2048                     # threads one SM holds (sm_80 and sm_90)
 ROWS_VALUES = (1, 2, 4)                # outputs per block (or warp) of the rows kernel
 ROWS_MIN_THREADS = 132 * 2048         # ROWS > 1 must leave a grid that can fill an H200 (132 SMs x 2048 threads)
 SPLIT_VALUES = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
-# 132 SMs = 4 x 33: a power-of-two SPLIT times a power-of-two tile count never fills them evenly
-# (128 blocks leave 4 SMs idle, 1024 blocks of 8 per SM leave a last, partial round). SPLIT = 33 x 2^m
-# with 4 / 2^m tiles or more gives a grid of whole rounds of 132 blocks.
-SM_FILLING_SPLITS = (33, 66, 132, 264, 528, 1056, 2112)
+# Only powers of two: SPLIT = 33 x 2^m (grids of whole rounds of 132 blocks on an H200) measured
+# 4-43 % slower than the power of two below it (red_mean_dim0, docs/performance.md, twelfth session).
 PARTIAL_DTYPE = {"double": "float64", "float": "float32", "long long": "int64", "int": "int32"}
 # fp32 elements a thread sums before the group's total goes into its double accumulator: a sum's
 # conversion to double and double add (the GPU's quarter-rate conversion pipe, which also runs exp)
@@ -618,7 +616,7 @@ def _knobs(plan: _Plan, widest: int, vec0: int) -> list[Knob]:
                  Knob("COLW", _ordered(colw0, (32, 64, 128, 256)),
                       "threads along the outputs; BLOCK/COLW threads share one output's reduction"),
                  Knob("VEC", _ordered(vec0, vecs), "consecutive outputs per thread (one vector load)"),
-                 Knob("UNROLL", _ordered(unroll0, (1, 2, 4, 8)), "reduction steps in flight per thread")]
+                 Knob("UNROLL", _ordered(unroll0, (1, 2, 4)), "reduction steps in flight per thread")]
     if plan.split:
         knobs.append(Knob("SPLIT", _split_values(plan, vec0), "parts the reduction is split into "
                                                               "(the last part to finish merges them)"))
@@ -642,8 +640,7 @@ def _split_values(plan: _Plan, vec0: int) -> tuple[int, ...]:
         per_part_min = 32                        # 8 rows of threads x 4 steps
     cap = max(2, _pow2_floor(plan.n_red / per_part_min))
     default = max(2, min(_pow2_floor(TARGET_BLOCKS / blocks), cap, SPLIT_VALUES[-1]))
-    others = [s for s in sorted(SPLIT_VALUES + SM_FILLING_SPLITS)
-              if s != default and default / 8 <= s <= default * 8 and s <= plan.n_red]
+    others = [s for s in SPLIT_VALUES if s != default and default / 8 <= s <= default * 8 and s <= plan.n_red]
     return (default,) + tuple(others)
 
 
