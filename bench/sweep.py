@@ -211,7 +211,7 @@ def markdown(results: dict) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tasks", nargs="*", help="task names (default: every example the generators accept)")
+    ap.add_argument("--tasks", nargs="*", help="task names or task files (default: every example the generators accept)")
     ap.add_argument("--evals", type=int, default=24, help="evaluations per task, default schedule included")
     ap.add_argument("--record-all", type=int, metavar="MAX", default=0,
                     help="a training record instead of the issue's sweep: every legal schedule of each task "
@@ -241,7 +241,7 @@ def main() -> int:
                      "command": "bench/sweep.py " + " ".join(sys.argv[1:])}
     todo = []
     for name in names:
-        task = load_task(TASKS / f"{name}.py")
+        task = load_task(Path(name) if name.endswith(".py") else TASKS / f"{name}.py")
         try:
             gen = generate(task)
             space = ScheduleSpace.from_program(gen.program, task, constraints=gen.space_constraints)

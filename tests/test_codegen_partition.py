@@ -397,9 +397,12 @@ def test_a_family_that_refuses_its_group_is_retried_without_prologue(monkeypatch
 
 
 def test_unsupported_ops_are_named():
-    graph, _ = graph_of(lambda m, x: x.t() * 2.0, [torch.randn(3, 4)])
-    with pytest.raises(CodegenError, match=r"Task 'g': no code generator lowers 'permute.default'"):
+    graph, _ = graph_of(lambda m, x: torch.sort(x, dim=1).values * 2.0, [torch.randn(3, 4)])
+    with pytest.raises(CodegenError, match=r"Task 'g': no code generator lowers 'sort.default'"):
         generate_from_graph(graph)
+    # A transpose that moves data is a copy (the move family), then the pointwise kernel.
+    graph, _ = graph_of(lambda m, x: x.t() * 2.0, [torch.randn(3, 4)])
+    assert generate_from_graph(graph).family == "move+pointwise"
     graph, _ = graph_of(lambda m, x: x.unsqueeze(0).permute(1, 0, 2) * 2.0, [torch.randn(3, 4)])
     assert generate_from_graph(graph).family == "pointwise"  # moving a size-1 dim is only a view
 

@@ -84,7 +84,9 @@ def unsupported_nodes(graph: Graph) -> list[Node]:
 def _available() -> str:
     have = [name for name in ("reduce", "scan", "pool") if family_module(name) is not None]
     parts = ["elementwise ops (arithmetic, comparisons, where, clamp, the common activations)",
-             "softmax / log-softmax and sum / mean / amax / amin over the last dim"]
+             "softmax / log-softmax and sum / mean / amax / amin over the last dim",
+             "data movement (cat, slicing, split / chunk / unbind, constant padding, permute / transpose, "
+             "flip, index_select) as copies"]
     text = {"reduce": "reductions over any dims (sum, mean, prod, max/min, argmax/argmin, var/std, "
                       "norms) with elementwise ops around them; a gather of one element per row along one dim "
                       "(cross-entropy, NLL, also over [N, C, d...])",

@@ -49,6 +49,8 @@ def interpret(graph: Graph, inputs: dict[str, torch.Tensor]) -> list[torch.Tenso
         for arg in schema.arguments:
             if arg.name in node.attrs:
                 value = _attr_value(arg.name, node.attrs[arg.name])
+                if isinstance(value, list):          # cat's tensors: a list of values
+                    value = [env[v.name] if isinstance(v, Ref) else v for v in value]
             else:
                 value = next(operand_iter)
                 value = env[value.name] if isinstance(value, Ref) else value

@@ -52,6 +52,7 @@ from typing import Any, Callable
 
 from core.codegen.errors import CodegenError
 from core.codegen.graph import Graph, GraphInput, Node, Ref
+from core.codegen.lower_move import MOVE, MOVE_OPS, tensor_operands, to_move
 from core.codegen.lower_rowreduce import SOFTMAXES, is_rowreduce
 from core.codegen.lower_rownorm import row_signature, rows_fit
 from core.codegen.pointwise_ops import CONSTANT_OPS, IOTA, is_pointwise
@@ -81,8 +82,11 @@ FAMILIES: dict[str, Family] = {
     # Row groups are not anchored on an op of their own: reduce anchors over the same rows join one
     # (see _Planner.join_rows), with the elementwise ops that combine their results with the rows.
     "rownorm": Family("rownorm", "core.codegen.lower_rownorm", None, "lower_rownorm", True, True),
+    # Data movement (cat, slices, pads, transposes, flips no scan takes): canonicalize makes each
+    # chain of them one ca_move node, which reads materialised values and writes a buffer.
+    "move": Family("move", "core.codegen.lower_move", "is_move", "lower_move", False, False),
 }
-ANCHOR_ORDER = ("reduce", "scan", "pool")
+ANCHOR_ORDER = ("reduce", "scan", "pool", "move")
 _MODULES: dict[str, ModuleType | None] = {}
 
 
@@ -357,9 +361,18 @@ def canonicalize(graph: Graph, rows: bool = False) -> Graph:
     b = _Builder(graph)
     split: set[str] = set()              # var_mean nodes split into var + mean (their getitems' names)
     feeding = _softmaxes_feeding_reductions(graph) if rows else set()
+    readers = _readers(graph)
+    scans = any(n.base in _SCAN_BASES for n in graph.nodes)     # flips next to a scan fold into it
     for n in graph.nodes:
         n = Node(n.name, n.op, list(n.operands), dict(n.attrs), n.shape, n.dtype)
-        if n.base in SOFTMAXES and n.dtype in _COMPUTE and \
+        if n.op == "getitem" and isinstance(n.operands[0], Ref) and \
+                (piece := _piece_as_move_op(n, graph)) is not None:
+            n = piece                    # a split / chunk / unbind piece: a slice or a select
+        if n.op in MOVE_OPS and not (n.op == "flip.default" and scans) and \
+                not (n.op == "permute.default" and is_view(n, b.view)) and \
+                (moved := _as_move(n, b, readers, graph.outputs)) is not None:
+            b.nodes.append(moved)
+        elif n.base in SOFTMAXES and n.dtype in _COMPUTE and \
                 (n.name in feeding or not is_rowreduce(n, b.view) or (rows and _rows_take(n, b.view))):
             _split_softmax(b, n)
         elif rows and _two_level(b, n):
@@ -406,6 +419,89 @@ def canonicalize(graph: Graph, rows: bool = False) -> Graph:
             outputs[i] = base = b.to_copy(copy, Ref(out), v.dtype, v.shape).name
         claimed.add(base)
     return _dead_code_removed(Graph(graph.task, list(graph.inputs), b.nodes, outputs, dict(graph.constants)))
+
+
+_SCAN_BASES = {"cumsum", "cumprod", "logcumsumexp"}
+
+
+def _readers(graph: Graph) -> dict[str, int]:
+    """How many times each value is read (node operands, cat's tensors, forward outputs)."""
+    count: dict[str, int] = {}
+    for n in graph.nodes:
+        for r in tensor_operands(n) if n.op == "cat.default" else [o for o in n.operands if isinstance(o, Ref)]:
+            count[r.name] = count.get(r.name, 0) + 1
+    for o in graph.outputs:
+        count[o] = count.get(o, 0) + 1
+    return count
+
+
+def _as_move(n: Node, b: _Builder, readers: dict[str, int], outputs: list[str]) -> Node | None:
+    """A data-movement op as a ca_move node; an operand that is a ca_move read only here folds in."""
+    values: dict[str, Any] = {v.name: v for v in b.graph.inputs}
+    values.update({m.name: m for m in b.nodes})
+    refs = tensor_operands(n)
+    if any(r.name not in values for r in refs):
+        return None
+    foldable = {r.name for r in refs if getattr(values[r.name], "op", None) in (MOVE, "full.default")
+                and readers.get(r.name, 0) == 1 and r.name not in outputs}
+    table = None
+    if n.op == "index_select.default" and len(refs) == 2:
+        index = _constant_tensor(refs[1].name, values, b.graph)
+        if index is not None and index.dim() == 1:
+            table = [int(v) for v in index.tolist()]
+    return to_move(n, values, foldable, table)
+
+
+def _constant_tensor(name: str, values: dict[str, Any], graph: Graph) -> Any:
+    """The value of a node that reads no graph input (torch.roll's arange + shift, mod n), computed
+    now on the CPU; None when it reads one, or is large (a table of more than 2^16 entries)."""
+    from core.codegen.interpret import interpret
+
+    order: list[Node] = []
+    seen: set[str] = set()
+
+    def visit(v: str) -> bool:
+        if v in seen:
+            return True
+        node = values.get(v)
+        if not isinstance(node, Node) or node.op == MOVE:
+            return False
+        seen.add(v)
+        if not all(visit(o.name) for o in node.operands if isinstance(o, Ref)):
+            return False
+        order.append(node)
+        return True
+
+    if not visit(name) or math.prod(values[name].shape) > 1 << 16:
+        return None
+    try:
+        return interpret(Graph(graph.task, [], order, [name], dict(graph.constants)), {})[0]
+    except Exception:          # an op the interpreter cannot run on the CPU: leave the index as data
+        return None
+
+
+def _piece_as_move_op(n: Node, graph: Graph) -> Node | None:
+    """getitem i of split / split_with_sizes / unbind as the slice or select it is."""
+    src = next((m for m in graph.nodes if m.name == n.operands[0].name), None)
+    if src is None or not src.operands or not isinstance(src.operands[0], Ref):
+        return None
+    i = n.attrs.get("index", 0)
+    shape = tuple(graph.value(src.operands[0].name).shape)
+    rank = len(shape)
+    if src.op in ("split_with_sizes.default", "split.Tensor", "split_with_sizes_copy.default"):
+        d = src.attrs.get("dim", 0) % rank
+        if "split_sizes" in src.attrs:
+            sizes = list(src.attrs["split_sizes"])
+        else:
+            step = src.attrs["split_size"]
+            sizes = [min(step, shape[d] - s) for s in range(0, shape[d], step)]
+        start = sum(sizes[:i])
+        return Node(n.name, "slice.Tensor", [src.operands[0]],
+                    {"dim": d, "start": start, "end": start + sizes[i], "step": 1}, n.shape, n.dtype)
+    if src.op == "unbind.int":
+        return Node(n.name, "select.int", [src.operands[0]], {"dim": src.attrs.get("dim", 0) % rank, "index": i},
+                    n.shape, n.dtype)
+    return None
 
 
 def _split_softmax(b: _Builder, n: Node) -> None:

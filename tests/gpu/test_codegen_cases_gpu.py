@@ -3,7 +3,9 @@ and compile them with NVRTC; this runs them on the H200, checked by the evaluato
 at the default schedule and a random sample of legal ones. Covers what no example task exercises:
 every activation at once, broadcasting with `where`, type promotion, bf16 math, inverse and hyperbolic
 trig, atan2/hypot/copysign, float and integer modulo, tensor clamp bounds, fp16/bf16 row reductions,
-and row groups of a single row (cross-entropy and log-softmax over a batch of one)."""
+row groups of a single row (cross-entropy and log-softmax over a batch of one), and the data-movement
+family's cases (tests/test_codegen_move.py: cat, slices, chunk, unbind, pads, transposes, flips,
+roll, KernelBench's exclusive cumsum), alone and next to pointwise and scan kernels."""
 from __future__ import annotations
 
 import random
@@ -14,6 +16,7 @@ from core.codegen import generate
 from core.evaluation import Evaluator, Status
 from core.tasks import load_task_from_source
 from tests.test_codegen_cases import HEADER, SYNTHETIC
+from tests.test_codegen_move import CASES as MOVES
 
 pytestmark = pytest.mark.gpu
 
@@ -44,7 +47,7 @@ def get_init_inputs():
 ''',
 }
 
-SOURCES = {**SYNTHETIC, **ONE_ROW}
+SOURCES = {**SYNTHETIC, **ONE_ROW, **{f"move_{k}": v for k, v in MOVES.items()}}
 
 
 @pytest.mark.parametrize("name", sorted(SOURCES))

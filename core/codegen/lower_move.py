@@ -1,0 +1,424 @@
+"""The data-movement family: cat, slicing (slice, select, and split / chunk / unbind through them),
+constant padding, permute / transpose copies, flips that no scan takes, index_select: one gather
+kernel for a whole chain of them.
+
+partition.canonicalize rewrites each such op into a `ca_move.default` node (to_move). Its attrs
+hold a *tree*, plain data, that maps the node's output back to its tensor operands. When an
+operand is itself a move whose result nothing else reads, its tree is folded in, so a chain
+becomes one node. Examples: the pad and the slice of KernelBench's exclusive cumsum, or a
+transpose of a slice. Tree steps, each with the `shape` of its result:
+
+    {"op": "in", "k": K}                                     operand K of the node
+    {"op": "slice", "dim": D, "start": S, "step": T, ...}    out[.., i, ..] = child[.., S + i*T, ..]
+    {"op": "select", "dim": D, "index": I, ...}              the child has dim D; out drops it
+    {"op": "pad", "before": [...], "value": V, ...}          child shifted by `before` per dim, else V
+    {"op": "cat", "dim": D, "parts": [{"offset": O, "child": ...}, ...]}
+    {"op": "permute", "dims": [...], ...}                    out dim k is child dim dims[k]
+    {"op": "flip", "dims": [...], ...}
+    {"op": "index", "dim": D, "k": K, ...}                   child[.., idx_K[i], ..] (index_select)
+    {"op": "index", "dim": D, "table": [...], ...}           the same with an index known when lowering
+                                                             (torch.roll's arange + shift, mod n)
+    {"op": "const", "value": V, ...}                         a constant operand (zeros_like, full)
+
+The kernel: each thread takes ITEMS output elements BLOCK apart (coalesced stores), unravels the
+flat index over the output shape (literal sizes: divisions become multiplies) and walks the tree
+back to one element of an operand or a pad value. Reads follow the tree: contiguous for slices,
+pads and cats, strided for transposes. Values are copied as stored, so every dtype moves exactly.
+
+Knobs: BLOCK threads per block; ITEMS output elements per thread.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from core.codegen.cuda_emit import COMPUTE_CTYPE, PRELUDE, STORAGE_CTYPE, literal, store_expr
+from core.codegen.errors import CodegenError
+from core.codegen.graph import Graph, Node, Ref
+from core.codegen.lower_pointwise import Lowering
+from core.codegen.schedule import Knob, ScheduleSpec
+
+MOVE = "ca_move.default"
+# ATen ops that to_move rewrites (flip only where no scan takes it: see partition.canonicalize).
+MOVE_OPS = {"cat.default", "slice.Tensor", "select.int", "constant_pad_nd.default", "permute.default",
+            "transpose.int", "t.default", "flip.default", "index_select.default"}
+INDEX_DTYPES = ("int64", "int32")
+KNOBS = [
+    Knob("BLOCK", (256, 128, 512, 1024), "threads per block"),
+    Knob("ITEMS", (4, 1, 2, 8), "output elements per thread, BLOCK apart"),
+]
+INT32_LIMIT = 2 ** 31 - 2 ** 24       # a flat index below this, plus a grid's overshoot, fits an int
+
+Tree = dict[str, Any]
+
+
+def is_move(node: Node, graph: Graph) -> bool:
+    return node.op == MOVE
+
+
+# ---- canonical form -------------------------------------------------------------------------------
+
+def _norm(d: int, rank: int) -> int:
+    return d % rank if rank else 0
+
+
+def _step(node: Node, shapes: list[tuple[int, ...]], table: list[int] | None = None) -> tuple[Tree, list[int]] | None:
+    """The tree step of one ATen move node over leaves ("in", k) of its tensor operands, and which
+    operands (by position in `shapes`) it reads; None when the node's arguments are out of reach."""
+    out = list(node.shape)
+    a = node.attrs
+
+    def leaf(k: int) -> Tree:
+        return {"op": "in", "k": k, "shape": list(shapes[k])}
+
+    src = shapes[0] if shapes else ()
+    rank = len(src)
+    if node.op == "slice.Tensor":
+        d = _norm(a.get("dim", 0), rank)
+        size, step = src[d], a.get("step", 1) or 1
+        start = a.get("start") or 0
+        start = min(max(start + size if start < 0 else start, 0), size)
+        if step < 1:
+            return None
+        return {"op": "slice", "dim": d, "start": start, "step": step, "shape": out, "child": leaf(0)}, [0]
+    if node.op == "select.int":
+        d = _norm(a["dim"], rank)
+        index = a["index"] + src[d] if a["index"] < 0 else a["index"]
+        return {"op": "select", "dim": d, "index": index, "shape": out, "child": leaf(0)}, [0]
+    if node.op == "constant_pad_nd.default":
+        pad = list(a["pad"])
+        before = [0] * rank
+        for i in range(len(pad) // 2):
+            before[rank - 1 - i] = pad[2 * i]
+        value = a.get("value", 0)
+        return {"op": "pad", "before": before, "value": value, "shape": out, "child": leaf(0)}, [0]
+    if node.op in ("permute.default", "transpose.int", "t.default"):
+        if node.op == "permute.default":
+            dims = [_norm(d, rank) for d in a["dims"]]
+        else:
+            dims = list(range(rank))
+            d0, d1 = (_norm(a["dim0"], rank), _norm(a["dim1"], rank)) if node.op == "transpose.int" else \
+                ((0, 1) if rank == 2 else (0, 0))
+            dims[d0], dims[d1] = dims[d1], dims[d0]
+        return {"op": "permute", "dims": dims, "shape": out, "child": leaf(0)}, [0]
+    if node.op == "flip.default":
+        return {"op": "flip", "dims": sorted({_norm(d, rank) for d in a["dims"]}), "shape": out,
+                "child": leaf(0)}, [0]
+    if node.op == "index_select.default":
+        if table is not None:
+            return {"op": "index", "dim": _norm(a["dim"], rank), "table": list(table), "shape": out,
+                    "child": leaf(0)}, [0]
+        if len(shapes) < 2 or len(shapes[1]) > 1:
+            return None
+        return {"op": "index", "dim": _norm(a["dim"], rank), "k": 1, "shape": out, "child": leaf(0)}, [0, 1]
+    if node.op == "cat.default":
+        d = _norm(a.get("dim", 0), len(out))
+        parts, offset = [], 0
+        for k, s in enumerate(shapes):
+            if len(s) != len(out):          # the legacy empty [0] operand: nothing to copy
+                continue
+            if s[d]:
+                parts.append({"offset": offset, "child": leaf(k)})
+            offset += s[d]
+        return {"op": "cat", "dim": d, "parts": parts, "shape": out}, list(range(len(shapes)))
+    return None
+
+
+def tensor_operands(node: Node) -> list[Ref]:
+    """The node's tensor operands in order (cat keeps them in its `tensors` attribute)."""
+    if node.op == "cat.default" and not node.operands:
+        return [t for t in node.attrs.get("tensors", []) if isinstance(t, Ref)]
+    return [o for o in node.operands if isinstance(o, Ref)]
+
+
+def to_move(node: Node, values: dict[str, Any], foldable: set[str], table: list[int] | None = None) -> Node | None:
+    """`node` (an ATen op of MOVE_OPS) as a ca_move node, with the trees of operands named in
+    `foldable` (ca_move nodes whose only reader is `node`) folded in; None when it cannot be
+    (an operand of another dtype, an index that is not a 1-D int64/int32 tensor). `table`: an
+    index_select's index, when it is a constant (its operand is then not read)."""
+    refs = tensor_operands(node)
+    if table is not None:
+        refs = refs[:1]
+    if not refs or (node.op == "cat.default" and len(refs) != len(node.attrs.get("tensors", []))):
+        return None
+    data = refs[:1] if node.op == "index_select.default" else refs
+    if any(values[r.name].dtype != node.dtype for r in data):
+        return None
+    if node.op == "index_select.default" and table is None and values[refs[1].name].dtype not in INDEX_DTYPES:
+        return None
+    made = _step(node, [tuple(values[r.name].shape) for r in refs], table)
+    if made is None:
+        return None
+    tree, _ = made
+    operands: list[Ref] = []
+
+    def place(ref: Ref) -> int:
+        if ref not in operands:
+            operands.append(ref)
+        return operands.index(ref)
+
+    def graft(t: Tree) -> Tree:
+        """Replace each leaf of the new step by the operand's tree (folded) or a renumbered leaf."""
+        if t["op"] == "in":
+            ref = refs[t["k"]]
+            child = values[ref.name]
+            if ref.name in foldable and getattr(child, "op", None) == "full.default":
+                return {"op": "const", "value": child.attrs["fill_value"], "shape": t["shape"]}
+            if ref.name in foldable and getattr(child, "op", None) == MOVE:
+                inner = child.attrs["tree"]
+                own = [place(r) for r in child.operands]
+                return _renumber(inner, own)
+            return {**t, "k": place(ref)}
+        out = dict(t)
+        if "child" in t:
+            out["child"] = graft(t["child"])
+        if "parts" in t:
+            out["parts"] = [{"offset": p["offset"], "child": graft(p["child"])} for p in t["parts"]]
+        if t["op"] == "index" and "k" in t:
+            out["k"] = place(refs[t["k"]])
+        return out
+
+    tree = graft(tree)
+    return Node(node.name, MOVE, list(operands), {"tree": tree}, node.shape, node.dtype)
+
+
+def _renumber(t: Tree, mapping: list[int]) -> Tree:
+    out = dict(t)
+    if t["op"] in ("in", "index") and "k" in t:
+        out["k"] = mapping[t["k"]]
+    if "child" in t:
+        out["child"] = _renumber(t["child"], mapping)
+    if "parts" in t:
+        out["parts"] = [{"offset": p["offset"], "child": _renumber(p["child"], mapping)} for p in t["parts"]]
+    return out
+
+
+def describe(t: Tree, names: list[str]) -> str:
+    op = t["op"]
+    if op == "in":
+        return names[t["k"]]
+    if op == "const":
+        return f"full({t['value']})"
+    if op == "cat":
+        return f"cat(dim {t['dim']}: " + ", ".join(describe(p["child"], names) for p in t["parts"]) + ")"
+    inner = describe(t["child"], names)
+    if op == "slice":
+        return f"{inner}[dim {t['dim']}: {t['start']}::{t['step']}]"
+    if op == "select":
+        return f"{inner}[dim {t['dim']} = {t['index']}]"
+    if op == "pad":
+        return f"pad({inner}, before {t['before']}, value {t['value']})"
+    if op == "index":
+        how = names[t["k"]] if "k" in t else _rotation(t["table"]) is not None and \
+            f"a roll by {_rotation(t['table'])}" or f"a table of {len(t['table'])}"
+        return f"index_select({inner}, dim {t['dim']}, {how})"
+    return f"{op}({inner}, {t['dims']})"
+
+
+# ---- lowering -------------------------------------------------------------------------------------
+
+def lower_move(graph: Graph, kernel: str) -> Lowering:
+    """One gather kernel for a graph that is exactly one ca_move node over graph inputs."""
+    if len(graph.nodes) != 1 or graph.nodes[0].op != MOVE or graph.outputs != [graph.nodes[0].name]:
+        raise CodegenError(f"Task '{graph.task}': the data-movement family lowers one ca_move node over "
+                           f"graph inputs; this graph has {', '.join(graph.ops())}.",
+                           task=graph.task, ops=graph.ops())
+    node = graph.nodes[0]
+    names = [o.name for o in node.operands]
+    inputs = {v.name: v for v in graph.inputs}
+    missing = [n for n in names if n not in inputs]
+    if missing:
+        raise CodegenError(f"Task '{graph.task}': the data-movement group reads {missing}, which are not "
+                           "its inputs", task=graph.task, ops=graph.ops())
+    n = math.prod(node.shape)
+    if n == 0:
+        raise CodegenError(f"Task '{graph.task}': '{node.name}' has no elements ({list(node.shape)}); "
+                           "there is nothing to launch", task=graph.task, ops=graph.ops())
+    largest = max([n] + [math.prod(inputs[x].shape) for x in names])
+    idx_t = "int" if largest < INT32_LIMIT else "long long"
+    out = "out"
+    while out in names:
+        out += "_"
+    source = PRELUDE + _emit(kernel, node, [inputs[x] for x in names], idx_t)
+    program = {
+        "format": "cuda-agent/program@1", "name": kernel, "source": source,
+        "tunables": {k.name: list(k.values) for k in KNOBS},
+        "schedule": {k.name: k.values[0] for k in KNOBS},
+        "buffers": [{"name": out, "shape": list(node.shape), "dtype": node.dtype}],
+        "launches": [{"kernel": kernel, "grid": [f"cdiv({n}, BLOCK * ITEMS)"], "block": ["BLOCK"],
+                      "shared_bytes": 0, "args": names + [out]}],
+        "outputs": [out],
+    }
+
+    def idle(s: Any) -> str | None:
+        if s["BLOCK"] * s["ITEMS"] > max(n, 1024) and dict(s) != program["schedule"]:
+            return f"BLOCK={s['BLOCK']} x ITEMS={s['ITEMS']} for {n} elements leaves threads idle"
+        return None
+
+    spec = ScheduleSpec(list(KNOBS), [idle])
+    notes = [f"data movement: {describe(node.attrs['tree'], names)} -> {node.dtype}{list(node.shape)}, "
+             f"{n} elements, {idx_t} indices"]
+    return Lowering(program, spec, notes)
+
+
+def _ravel(idx: list[str], shape: list[int]) -> str:
+    if not shape:
+        return "0"
+    expr = idx[0]
+    for i, s in zip(idx[1:], shape[1:]):
+        expr = f"({expr}) * {s} + {i}"
+    return expr
+
+
+def _rotation(table: list[int]) -> int | None:
+    """s when table[i] = (i + s) mod n for every i (torch.roll's index), else None."""
+    n = len(table)
+    if not n:
+        return None
+    s = table[0] % n
+    return s if all(v == (i + s) % n for i, v in enumerate(table)) else None
+
+
+class _Emitter:
+    def __init__(self, kernel: str, dtype: str, operands: list[Any], idx_t: str):
+        self.kernel, self.dtype, self.operands, self.idx_t = kernel, dtype, operands, idx_t
+        self.count = 0
+        self.tables: list[str] = []      # file-scope index tables
+
+    def temp(self, lines: list[str], pad: str, expr: str) -> str:
+        self.count += 1
+        name = f"j{self.count}"
+        lines.append(f"{pad}const {self.idx_t} {name} = {expr};")
+        return name
+
+    def gen(self, t: Tree, idx: list[str], pad: str) -> list[str]:
+        """Statements that set `v` to the tree's element at `idx` (one index expression per dim)."""
+        op, lines = t["op"], []
+        if op == "in":
+            lines.append(f"{pad}v = in{t['k']}[{_ravel(idx, t['shape'])}];")
+            return lines
+        if op == "const":
+            lines.append(f"{pad}v = {store_expr(self.dtype, literal(t['value'], COMPUTE_CTYPE[self.dtype]))};")
+            return lines
+        if op == "slice":
+            d = t["dim"]
+            j = list(idx)
+            j[d] = self.temp(lines, pad, f"{t['start']} + ({idx[d]}) * {t['step']}" if t["step"] != 1
+                             else f"{t['start']} + {idx[d]}")
+            return lines + self.gen(t["child"], j, pad)
+        if op == "select":
+            j = idx[:t["dim"]] + [str(t["index"])] + idx[t["dim"]:]
+            return lines + self.gen(t["child"], j, pad)
+        if op == "permute":
+            j = [""] * len(idx)
+            for k, d in enumerate(t["dims"]):
+                j[d] = idx[k]
+            return lines + self.gen(t["child"], j, pad)
+        if op == "flip":
+            j = list(idx)
+            size = t["child"]["shape"]
+            for d in t["dims"]:
+                j[d] = self.temp(lines, pad, f"{size[d] - 1} - ({idx[d]})")
+            return lines + self.gen(t["child"], j, pad)
+        if op == "pad":
+            size = t["child"]["shape"]
+            j, conds = list(idx), []
+            for d, b in enumerate(t["before"]):
+                if b == 0 and t["shape"][d] == size[d]:
+                    continue
+                j[d] = self.temp(lines, pad, f"({idx[d]}) - ({b})" if b else idx[d])
+                conds.append(f"{j[d]} >= 0 && {j[d]} < {size[d]}")
+            fill = store_expr(self.dtype, literal(t["value"], COMPUTE_CTYPE[self.dtype]))
+            if not conds:
+                return lines + self.gen(t["child"], j, pad)
+            lines.append(f"{pad}if ({' && '.join(conds)}) {{")
+            lines += self.gen(t["child"], j, pad + "    ")
+            lines.append(f"{pad}}} else {{")
+            lines.append(f"{pad}    v = {fill};")
+            lines.append(f"{pad}}}")
+            return lines
+        if op == "index" and "table" in t:
+            d, size = t["dim"], t["child"]["shape"][t["dim"]]
+            j = list(idx)
+            shift = _rotation(t["table"])
+            if shift is not None:           # torch.roll: (i + shift) mod size, no table
+                j[d] = self.temp(lines, pad, f"({idx[d]}) + {shift}")
+                lines.append(f"{pad}const {self.idx_t} w{self.count} = {j[d]} >= {size} ? {j[d]} - {size} : {j[d]};")
+                j[d] = f"w{self.count}"
+                return lines + self.gen(t["child"], j, pad)
+            name = f"{self.kernel}_table{len(self.tables)}"
+            self.tables.append(f"__device__ const int {name}[{len(t['table'])}] = {{"
+                               f"{', '.join(str(int(v)) for v in t['table'])}}};")
+            t = {**t, "k": None}
+            j[d] = self.temp(lines, pad, f"({self.idx_t}){name}[{idx[d]}]")
+            lines.append(f"{pad}if ({j[d]} >= 0 && {j[d]} < {size}) {{")
+            lines += self.gen(t["child"], j, pad + "    ")
+            lines.append(f"{pad}}} else {{")
+            lines.append(f"{pad}    v = {store_expr(self.dtype, literal(0, COMPUTE_CTYPE[self.dtype]))};")
+            lines.append(f"{pad}}}")
+            return lines
+        if op == "index":
+            d = t["dim"]
+            size = t["child"]["shape"][d]
+            j = list(idx)
+            j[d] = self.temp(lines, pad, f"({self.idx_t})in{t['k']}[{idx[d]}]")
+            lines.append(f"{pad}if ({j[d]} >= 0 && {j[d]} < {size}) {{")
+            lines += self.gen(t["child"], j, pad + "    ")
+            lines.append(f"{pad}}} else {{")     # an index out of range (PyTorch raises): no wild read
+            lines.append(f"{pad}    v = {store_expr(self.dtype, literal(0, COMPUTE_CTYPE[self.dtype]))};")
+            lines.append(f"{pad}}}")
+            return lines
+        if op == "cat":
+            d, parts = t["dim"], t["parts"]
+            for p_i, part in enumerate(parts):
+                j = list(idx)
+                if part["offset"]:
+                    j[d] = f"({idx[d]}) - {part['offset']}"
+                end = part["offset"] + part["child"]["shape"][d]
+                last = p_i == len(parts) - 1
+                if p_i == 0:
+                    lines.append(f"{pad}{{" if last else f"{pad}if ({idx[d]} < {end}) {{")
+                else:
+                    lines.append(f"{pad}}} else {{" if last else f"{pad}}} else if ({idx[d]} < {end}) {{")
+                lines += self.gen(part["child"], j, pad + "    ")
+            lines.append(f"{pad}}}")
+            return lines
+        raise CodegenError(f"internal: unknown move step {op!r}")
+
+
+def _emit(kernel: str, node: Node, operands: list[Any], idx_t: str) -> str:
+    out_t = STORAGE_CTYPE[node.dtype]
+    shape = list(node.shape) or [1]
+    em = _Emitter(kernel, node.dtype, operands, idx_t)
+    pad = " " * 12
+    body: list[str] = [f"{pad}{idx_t} r = i;"]
+    idx = [""] * len(shape)
+    for d in range(len(shape) - 1, 0, -1):
+        body.append(f"{pad}const {idx_t} o{d} = r % {shape[d]}; r /= {shape[d]};")
+        idx[d] = f"o{d}"
+    body.append(f"{pad}const {idx_t} o0 = r;")
+    idx[0] = "o0"
+    if not node.shape:
+        idx = []
+    body.append(f"{pad}{out_t} v;")
+    body += em.gen(node.attrs["tree"], idx, pad)
+    body.append(f"{pad}out[i] = v;")
+    params = ", ".join(f"const {STORAGE_CTYPE[v.dtype]}* __restrict__ in{k}" for k, v in enumerate(operands))
+    n = math.prod(node.shape)
+    return "\n".join([
+        "",
+        *em.tables,
+        f"extern \"C\" __global__ void __launch_bounds__(BLOCK)",
+        f"{kernel}({params}, {out_t}* __restrict__ out)",
+        "{",
+        f"    const {idx_t} first = ({idx_t})blockIdx.x * (BLOCK * ITEMS) + ({idx_t})threadIdx.x;",
+        "    #pragma unroll",
+        "    for (int it = 0; it < ITEMS; ++it) {",
+        f"        const {idx_t} i = first + ({idx_t})it * BLOCK;",
+        f"        if (i < {n}) {{",
+        *body,
+        "        }",
+        "    }",
+        "}",
+        "",
+    ])
