@@ -66,6 +66,7 @@ CASES = {
                          "[torch.randn(3, 4, 18)]"),
     "transpose_scale": _source("x):\n        return x.transpose(1, 2).contiguous() * 2.0",
                                "[torch.randn(2, 7, 9)]"),
+    "transpose_tiles": _source("x):\n        return x.transpose(1, 2).contiguous()", "[torch.randn(3, 40, 37)]"),
     "pad_crop_fp16": _source("x):\n        return F.pad(x, (1, -2, 3, 0), value=0.5)",
                              "[torch.randn(2, 5, 11).half()]"),
     "roll": _source("x):\n        return torch.roll(x, 3, dims=1)", "[torch.randn(4, 10)]"),
@@ -193,12 +194,14 @@ def emulate_moves(task, graph: Graph, program: KernelProgram,
 
 
 def _schedules(gen) -> list[dict]:
-    """The default, and every move group at BLOCK=128, ITEMS=8 (tails inside a thread's items)."""
+    """The default; every move group at BLOCK=128, ITEMS=8, gathering (tails inside a thread's
+    items); and a transpose in its other form (TILED flipped)."""
     default = gen.spec.default()
-    other = {k: (128 if k.endswith("BLOCK") else 8 if k.endswith("ITEMS") else v) for k, v in default.items()}
-    moves = [k for k in default if k.endswith("BLOCK")]
-    other = {k: v for k, v in other.items()}
-    return [default] + ([other] if moves and gen.spec.legal(other) else [])
+    other = {k: (128 if k.endswith("BLOCK") else 8 if k.endswith("ITEMS") else 0 if k.endswith("TILED") else v)
+             for k, v in default.items()}
+    flipped = {k: (1 - v if k.endswith("TILED") else v) for k, v in default.items()}
+    picks = [default] + [s for s in (other, flipped) if s != default and gen.spec.legal(s)]
+    return [s for i, s in enumerate(picks) if s not in picks[:i]]
 
 
 @needs_gxx
@@ -214,7 +217,8 @@ def test_generated_moves_run_correctly_under_cpu_emulation():
 
     with ThreadPoolExecutor(2) as pool:
         results = list(pool.map(run, jobs))
-    assert len(results) >= len(CASES) + 6
+    assert len(results) >= len(CASES) + 8
+    assert sum(s.get("TILED") == 1 for _, s in jobs) >= 2 and sum(s.get("TILED") == 0 for _, s in jobs) >= 2
     for (name, schedule), outs in results:
         assert outs, (name, "no move kernel ran")
         for buf, (got, want) in outs.items():       # copies: the same bits as PyTorch's

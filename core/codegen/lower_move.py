@@ -25,7 +25,12 @@ flat index over the output shape (literal sizes: divisions become multiplies) an
 back to one element of an operand or a pad value. Reads follow the tree: contiguous for slices,
 pads and cats, strided for transposes. Values are copied as stored, so every dtype moves exactly.
 
-Knobs: BLOCK threads per block; ITEMS output elements per thread.
+A copy that is only a transpose (a permute of one operand whose innermost dim moves) has a second
+form, TILED=1 (its default when both dims of the plane are 16 or more): 32 x 32 tiles of the plane
+of the two dims that hold the input's and the output's innermost, read along the input's rows and
+written along the output's through shared memory, so both sides are coalesced.
+
+Knobs: BLOCK threads per block; ITEMS output elements per thread (the gather); TILED (transposes).
 """
 from __future__ import annotations
 
@@ -48,6 +53,7 @@ KNOBS = [
     Knob("ITEMS", (4, 1, 2, 8), "output elements per thread, BLOCK apart"),
 ]
 INT32_LIMIT = 2 ** 31 - 2 ** 24       # a flat index below this, plus a grid's overshoot, fits an int
+TILE, TILE_ROWS = 32, 8               # a transpose tile, and the thread rows that copy it (256 threads)
 
 Tree = dict[str, Any]
 
@@ -239,26 +245,98 @@ def lower_move(graph: Graph, kernel: str) -> Lowering:
     out = "out"
     while out in names:
         out += "_"
-    source = PRELUDE + _emit(kernel, node, [inputs[x] for x in names], idx_t)
+    tree = node.attrs["tree"]
+    plane = _transpose_plane(tree)
+    knobs = list(KNOBS)
+    grid, block = f"cdiv({n}, BLOCK * ITEMS)", ["BLOCK"]
+    source = PRELUDE + _emit(kernel, node, [inputs[x] for x in names], idx_t, plane)
+    if plane is not None:
+        k, last = plane
+        shape = tree["shape"]
+        tiles = _cdiv(shape[k], TILE) * _cdiv(shape[last], TILE) * math.prod(
+            s for d, s in enumerate(shape) if d not in (k, last))
+        wide = min(shape[k], shape[last]) >= 16
+        knobs.append(Knob("TILED", (1, 0) if wide else (0, 1),
+                          f"1: {TILE} x {TILE} tiles through shared memory, reads and writes coalesced; 0: the gather"))
+        grid = f"{tiles} if TILED else {grid}"
+        block = [f"{TILE} if TILED else BLOCK", f"{TILE_ROWS} if TILED else 1"]
+    default = {k.name: k.values[0] for k in knobs}
     program = {
         "format": "cuda-agent/program@1", "name": kernel, "source": source,
-        "tunables": {k.name: list(k.values) for k in KNOBS},
-        "schedule": {k.name: k.values[0] for k in KNOBS},
+        "tunables": {k.name: list(k.values) for k in knobs},
+        "schedule": default,
         "buffers": [{"name": out, "shape": list(node.shape), "dtype": node.dtype}],
-        "launches": [{"kernel": kernel, "grid": [f"cdiv({n}, BLOCK * ITEMS)"], "block": ["BLOCK"],
-                      "shared_bytes": 0, "args": names + [out]}],
+        "launches": [{"kernel": kernel, "grid": [grid], "block": block, "shared_bytes": 0, "args": names + [out]}],
         "outputs": [out],
     }
 
     def idle(s: Any) -> str | None:
-        if s["BLOCK"] * s["ITEMS"] > max(n, 1024) and dict(s) != program["schedule"]:
+        if s["BLOCK"] * s["ITEMS"] > max(n, 1024) and dict(s) != default:
             return f"BLOCK={s['BLOCK']} x ITEMS={s['ITEMS']} for {n} elements leaves threads idle"
         return None
 
-    spec = ScheduleSpec(list(KNOBS), [idle])
+    def tiled_alone(s: Any) -> str | None:
+        if s.get("TILED") and (s["BLOCK"] != TILE * TILE_ROWS or s["ITEMS"] != KNOBS[1].values[0]):
+            return (f"TILED=1 runs {TILE} x {TILE_ROWS} threads: BLOCK and ITEMS shape the gather only "
+                    f"(BLOCK={TILE * TILE_ROWS}, ITEMS={KNOBS[1].values[0]} with TILED=1)")
+        return None
+
+    spec = ScheduleSpec(knobs, [idle, tiled_alone], defaults=default)
     notes = [f"data movement: {describe(node.attrs['tree'], names)} -> {node.dtype}{list(node.shape)}, "
              f"{n} elements, {idx_t} indices"]
     return Lowering(program, spec, notes)
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _transpose_plane(t: Tree) -> tuple[int, int] | None:
+    """(k, last) when the tree is a permute of one operand that moves its innermost dim: output dim
+    k holds the input's innermost, the output's innermost comes from another input dim."""
+    if t["op"] != "permute" or t["child"]["op"] != "in" or len(t["dims"]) < 2:
+        return None
+    dims, last = t["dims"], len(t["dims"]) - 1
+    if dims[last] == last or t["shape"][last] == 1 or t["child"]["shape"][last] == 1:
+        return None
+    return dims.index(last), last
+
+
+def _emit_tiled(node: Node, plane: tuple[int, int], idx_t: str) -> list[str]:
+    """The TILED=1 body: one 32 x 32 tile of the (k, last) plane per block, through shared memory."""
+    t = node.attrs["tree"]
+    k, last = plane
+    shape, dims, src = t["shape"], t["dims"], t["child"]["shape"]
+    others = [d for d in range(len(shape)) if d not in (k, last)]
+    out_t = STORAGE_CTYPE[node.dtype]
+    pad = "    "
+    lines = [f"{pad}__shared__ {out_t} tile[{TILE}][{TILE + 1}];",
+             f"{pad}{idx_t} b = blockIdx.x;",
+             f"{pad}const {idx_t} tl = b % {_cdiv(shape[last], TILE)}; b /= {_cdiv(shape[last], TILE)};",
+             f"{pad}const {idx_t} tk = b % {_cdiv(shape[k], TILE)}; b /= {_cdiv(shape[k], TILE)};"]
+    idx = [""] * len(shape)
+    for d in reversed(others[1:]):
+        lines.append(f"{pad}const {idx_t} o{d} = b % {shape[d]}; b /= {shape[d]};")
+        idx[d] = f"o{d}"
+    if others:
+        lines.append(f"{pad}const {idx_t} o{others[0]} = b;")
+        idx[others[0]] = f"o{others[0]}"
+    idx[k], idx[last] = "ok", "ol"
+    j = [""] * len(shape)
+    for m, d in enumerate(dims):
+        j[d] = idx[m]
+    lines += [
+        f"{pad}for (int r = threadIdx.y; r < {TILE}; r += {TILE_ROWS}) {{   // along the input's rows",
+        f"{pad}    const {idx_t} ok = tk * {TILE} + threadIdx.x, ol = tl * {TILE} + r;",
+        f"{pad}    if (ok < {shape[k]} && ol < {shape[last]}) tile[r][threadIdx.x] = in0[{_ravel(j, src)}];",
+        f"{pad}}}",
+        f"{pad}__syncthreads();",
+        f"{pad}for (int r = threadIdx.y; r < {TILE}; r += {TILE_ROWS}) {{   // along the output's rows",
+        f"{pad}    const {idx_t} ol = tl * {TILE} + threadIdx.x, ok = tk * {TILE} + r;",
+        f"{pad}    if (ok < {shape[k]} && ol < {shape[last]}) out[{_ravel(idx, shape)}] = tile[threadIdx.x][r];",
+        f"{pad}}}",
+    ]
+    return lines
 
 
 def _ravel(idx: list[str], shape: list[int]) -> str:
@@ -386,7 +464,7 @@ class _Emitter:
         raise CodegenError(f"internal: unknown move step {op!r}")
 
 
-def _emit(kernel: str, node: Node, operands: list[Any], idx_t: str) -> str:
+def _emit(kernel: str, node: Node, operands: list[Any], idx_t: str, plane: tuple[int, int] | None = None) -> str:
     out_t = STORAGE_CTYPE[node.dtype]
     shape = list(node.shape) or [1]
     em = _Emitter(kernel, node.dtype, operands, idx_t)
@@ -405,12 +483,7 @@ def _emit(kernel: str, node: Node, operands: list[Any], idx_t: str) -> str:
     body.append(f"{pad}out[i] = v;")
     params = ", ".join(f"const {STORAGE_CTYPE[v.dtype]}* __restrict__ in{k}" for k, v in enumerate(operands))
     n = math.prod(node.shape)
-    return "\n".join([
-        "",
-        *em.tables,
-        f"extern \"C\" __global__ void __launch_bounds__(BLOCK)",
-        f"{kernel}({params}, {out_t}* __restrict__ out)",
-        "{",
+    gather = [
         f"    const {idx_t} first = ({idx_t})blockIdx.x * (BLOCK * ITEMS) + ({idx_t})threadIdx.x;",
         "    #pragma unroll",
         "    for (int it = 0; it < ITEMS; ++it) {",
@@ -419,6 +492,16 @@ def _emit(kernel: str, node: Node, operands: list[Any], idx_t: str) -> str:
         *body,
         "        }",
         "    }",
+    ]
+    if plane is not None:
+        gather = ["#if TILED", *_emit_tiled(node, plane, idx_t), "#else", *gather, "#endif"]
+    return "\n".join([
+        "",
+        *em.tables,
+        f"extern \"C\" __global__ void __launch_bounds__(BLOCK)",
+        f"{kernel}({params}, {out_t}* __restrict__ out)",
+        "{",
+        *gather,
         "}",
         "",
     ])
