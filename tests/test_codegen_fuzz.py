@@ -3,14 +3,15 @@
 A seeded generator writes KernelBench-format task sources (class Model, get_inputs,
 get_init_inputs) in each family: pointwise chains with broadcasting over inputs of different ranks,
 reductions over any dims (keepdim both ways), softmax / log-softmax over any dim, the norms, the
-losses (K-dim cross-entropy included), scans and pooling, few long reductions / scans / rows (the
+losses (K-dim cross-entropy included), scans and pooling, chains of data moves (cat, slices, pads,
+transposes, flips, chunk, roll, select, index_select) with an op after them, few long reductions / scans / rows (the
 split paths), and reductions whose results are used on the elements again ("compose"); shapes
 with odd sizes (1, 3, 7, 33, 129...), 1-4 dims, float32 / float16 / bfloat16 where the op allows. For every task, generate() must lower it (every op drawn is in the
 scope of the generators: a CodegenError is a finding); the generated CUDA then runs on the CPU (the
 thread-per-CUDA-thread emulation of test_codegen_scan.py, 2-D and 3-D blocks included, with
 AddressSanitizer) at the default schedule and a few random legal ones, and its outputs are compared with the task's Model on the CPU.
 
-The CI test draws CA_FUZZ_CASES cases (default 54, six per family) from CA_FUZZ_SEED (default 0); a bigger sweep by hand:
+The CI test draws CA_FUZZ_CASES cases (default 60, six per family) from CA_FUZZ_SEED (default 0); a bigger sweep by hand:
 
     CA_FUZZ_CASES=500 CA_FUZZ_SEED=7 python -m pytest -q tests/test_codegen_fuzz.py
 
@@ -41,10 +42,10 @@ from tests.test_codegen_rownorm import DYNAMIC_SMEM_BYTES, EMULATED_SMEM
 from tests.test_codegen_scan import EMULATION, SANITIZE, emulated_launch
 
 GXX = shutil.which("g++")
-CASES = int(os.environ.get("CA_FUZZ_CASES", "54"))
+CASES = int(os.environ.get("CA_FUZZ_CASES", "60"))
 SEED = int(os.environ.get("CA_FUZZ_SEED", "0"))
 SCHEDULES = int(os.environ.get("CA_FUZZ_SCHEDULES", "3"))       # random legal schedules beyond the default
-FAMILIES = ["pointwise", "reduce", "softmax", "norm", "loss", "scan", "pool", "long", "compose"]
+FAMILIES = ["pointwise", "reduce", "softmax", "norm", "loss", "scan", "pool", "long", "compose", "move"]
 ONLY = [f for f in os.environ.get("CA_FUZZ_FAMILIES", "").split(",") if f]
 KEEP = os.environ.get("CA_FUZZ_KEEP")
 MAX_THREADS_PER_EXE = 2_000_000            # emulated threads (blocks x block size) per executable run
@@ -513,9 +514,94 @@ def gen_long(rng: random.Random, name: str) -> FuzzCase:
                     f"{dtype} {[rows, n]} {op}")
 
 
+def gen_move(rng: random.Random, name: str) -> FuzzCase:
+    """A chain of one to three data moves (slices, pads that may crop, cat with another input, a
+    transpose, a flip, chunk, roll, select, index_select), then maybe an elementwise op, a sum or
+    a cumsum on the result."""
+    rank = rng.randint(1, 4)
+    shape = _shape(rng, rank, limit=3000)
+    dtype = rng.choices([F32, F16, BF16, "torch.int64"], weights=[4, 1, 1, 1])[0]
+    inputs = [_randn(shape, dtype) if dtype != "torch.int64" else f"torch.randint(-50, 50, {tuple(shape)!r})"]
+    args, body, notes = ["x"], [], []
+    v, cur = "x", list(shape)
+    for step in range(rng.randint(1, 3)):
+        r = len(cur)
+        d = rng.randrange(r)
+        kinds = ["slice", "pad", "cat", "flip", "roll", "index_select"] + (["transpose"] if r >= 2 else []) + \
+            (["chunk"] if cur[d] >= 2 else []) + (["select"] if r >= 2 else [])
+        kind = rng.choice(kinds)
+        nv = f"v{step}"
+        if kind == "slice":
+            a = rng.randrange(cur[d])
+            b = rng.randint(a + 1, cur[d])
+            st = rng.choice([1, 1, 2, 3])
+            body.append(f"{nv} = {v}[{':, ' * d}{a}:{b}:{st}]")
+            cur[d] = len(range(a, b, st))
+        elif kind == "pad":
+            k = rng.randint(1, min(r, 3))
+            pads = []
+            for i in range(k):
+                size = cur[r - 1 - i]
+                lo = rng.randint(-(size - 1), 3) if size > 1 else rng.randint(0, 3)
+                hi = rng.randint(-(size + lo - 1), 3) if size + lo > 1 else rng.randint(0, 3)
+                pads += [lo, hi]
+                cur[r - 1 - i] = size + lo + hi
+            value = rng.choice([0, 0.5, -2])
+            body.append(f"{nv} = F.pad({v}, {tuple(pads)!r}, value={value})")
+        elif kind == "cat":
+            other = list(cur)
+            other[d] = rng.choice([1, 2, 5])
+            args.append(f"y{step}")
+            inputs.append(_randn(other, dtype) if dtype != "torch.int64" else f"torch.randint(-50, 50, {tuple(other)!r})")
+            order = [v, f"y{step}"] if rng.random() < 0.5 else [f"y{step}", v]
+            body.append(f"{nv} = torch.cat([{', '.join(order)}], dim={d - r if rng.random() < 0.3 else d})")
+            cur[d] += other[d]
+        elif kind == "flip":
+            dims = sorted(rng.sample(range(r), rng.randint(1, r)))
+            body.append(f"{nv} = torch.flip({v}, {dims})")
+        elif kind == "roll":
+            body.append(f"{nv} = torch.roll({v}, {rng.randint(-5, 7)}, dims={d})")
+        elif kind == "index_select":
+            k = rng.randint(1, 6)
+            args.append(f"i{step}")
+            inputs.append(f"torch.randint(0, {cur[d]}, ({k},))")
+            body.append(f"{nv} = torch.index_select({v}, {d}, i{step})")
+            cur[d] = k
+        elif kind == "transpose":
+            e = rng.choice([x for x in range(r) if x != d])
+            body.append(f"{nv} = {v}.transpose({d}, {e})" + (".contiguous()" if rng.random() < 0.5 else ""))
+            cur[d], cur[e] = cur[e], cur[d]
+        elif kind == "chunk":
+            if cur[d] % 2 == 0:
+                body.append(f"a{step}, b{step} = {v}.chunk(2, dim={d})")
+            else:                               # odd: chunk's halves differ in size; narrow instead
+                h = cur[d] // 2
+                body.append(f"a{step}, b{step} = {v}.narrow({d}, 0, {h}), {v}.narrow({d}, {h}, {h})")
+            body.append(f"{nv} = a{step} * 2 + b{step}")
+            cur[d] = cur[d] // 2
+        else:                                   # select
+            i = rng.randrange(cur[d])
+            body.append(f"{nv} = {v}.select({d}, {i})")
+            cur.pop(d)
+        notes.append(kind)
+        v = nv
+    tail = rng.choice(["none", "pointwise", "sum", "cumsum"])
+    if tail == "pointwise" and dtype != "torch.int64":
+        body.append(f"return {_unary(rng, v)}")
+    elif tail == "sum" and dtype != "torch.int64":
+        body.append(f"return {v}.sum(dim={rng.randrange(len(cur))})")
+    elif tail == "cumsum" and dtype == F32 and "flip" not in notes:
+        body.append(f"return torch.cumsum({v}, dim={rng.randrange(len(cur))})")
+    else:
+        tail = "none"
+        body.append(f"return {v} * 1" if dtype != "torch.int64" else f"return {v} + 1")
+    return FuzzCase(name, "move", _source(", ".join(args), body, inputs),
+                    f"{dtype} {shape} {' -> '.join(notes)} -> {tail}")
+
+
 GENERATORS = {"pointwise": gen_pointwise, "reduce": gen_reduce, "softmax": gen_softmax, "norm": gen_norm,
               "loss": gen_loss, "scan": gen_scan, "pool": gen_pool, "long": gen_long,
-              "compose": gen_compose}
+              "compose": gen_compose, "move": gen_move}
 
 
 def draw_cases(count: int, seed: int, families: list[str] | None = None) -> list[FuzzCase]:
