@@ -357,6 +357,16 @@ def _rotation(table: list[int]) -> int | None:
     return s if all(v == (i + s) % n for i, v in enumerate(table)) else None
 
 
+def _fill(value: Any, dtype: str) -> str:
+    """A pad or constant value as stored in `dtype` (an integer tensor truncates it, as PyTorch does)."""
+    ctype = COMPUTE_CTYPE[dtype]
+    if ctype == "bool":
+        value = bool(value)
+    elif ctype not in ("float", "double"):
+        value = int(value)
+    return store_expr(dtype, literal(value, ctype))
+
+
 class _Emitter:
     def __init__(self, kernel: str, dtype: str, operands: list[Any], idx_t: str):
         self.kernel, self.dtype, self.operands, self.idx_t = kernel, dtype, operands, idx_t
@@ -376,7 +386,7 @@ class _Emitter:
             lines.append(f"{pad}v = in{t['k']}[{_ravel(idx, t['shape'])}];")
             return lines
         if op == "const":
-            lines.append(f"{pad}v = {store_expr(self.dtype, literal(t['value'], COMPUTE_CTYPE[self.dtype]))};")
+            lines.append(f"{pad}v = {_fill(t['value'], self.dtype)};")
             return lines
         if op == "slice":
             d = t["dim"]
@@ -406,7 +416,7 @@ class _Emitter:
                     continue
                 j[d] = self.temp(lines, pad, f"({idx[d]}) - ({b})" if b else idx[d])
                 conds.append(f"{j[d]} >= 0 && {j[d]} < {size[d]}")
-            fill = store_expr(self.dtype, literal(t["value"], COMPUTE_CTYPE[self.dtype]))
+            fill = _fill(t["value"], self.dtype)
             if not conds:
                 return lines + self.gen(t["child"], j, pad)
             lines.append(f"{pad}if ({' && '.join(conds)}) {{")

@@ -932,7 +932,10 @@ class _Planner:
         d.operand = refs[0] if refs else None
         for k, r in enumerate(refs):
             if k > 0:       # other tensor operands are read as they are
-                d.leaves.add(_view_base(r, self.values, self.g))
+                base = _view_base(r, self.values, self.g)
+                if fam.name == "move" and not (base in self.inputs or base in self.result_of or base in self.owner):
+                    raise _Restart(base)       # a move reads every operand from memory: materialise it
+                d.leaves.add(base)
                 continue
             region, leaves = self.region([r], d, inline=prologue and fam.prologue)
             if region:
