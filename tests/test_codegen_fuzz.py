@@ -516,8 +516,8 @@ def gen_long(rng: random.Random, name: str) -> FuzzCase:
 
 def gen_move(rng: random.Random, name: str) -> FuzzCase:
     """A chain of one to three data moves (slices, pads that may crop, cat with another input, a
-    transpose, a flip, chunk, roll, select, index_select), then maybe an elementwise op, a sum or
-    a cumsum on the result."""
+    transpose, a flip, chunk, roll, select, index_select), then maybe an elementwise op, a sum, a
+    cumsum, tril or triu on the result."""
     rank = rng.randint(1, 4)
     shape = _shape(rng, rank, limit=3000)
     dtype = rng.choices([F32, F16, BF16, "torch.int64"], weights=[4, 1, 1, 1])[0]
@@ -585,8 +585,10 @@ def gen_move(rng: random.Random, name: str) -> FuzzCase:
             cur.pop(d)
         notes.append(kind)
         v = nv
-    tail = rng.choice(["none", "pointwise", "sum", "cumsum"])
-    if tail == "pointwise" and dtype != "torch.int64":
+    tail = rng.choice(["none", "pointwise", "sum", "cumsum", "tri"])
+    if tail == "tri" and len(cur) >= 2:         # tril / triu: aranges compared (iota move kernels)
+        body.append(f"return torch.{rng.choice(['tril', 'triu'])}({v}, diagonal={rng.randint(-2, 2)})")
+    elif tail == "pointwise" and dtype != "torch.int64":
         body.append(f"return {_unary(rng, v)}")
     elif tail == "sum" and dtype != "torch.int64":
         body.append(f"return {v}.sum(dim={rng.randrange(len(cur))})")

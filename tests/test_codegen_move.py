@@ -78,6 +78,9 @@ CASES = {
     "slice_steps": _source("x):\n        return x[1:-1:2, ::3]", "[torch.randn(9, 10)]"),
     "permute_bf16": _source("x):\n        return x.permute(0, 3, 1, 2).contiguous()",
                             "[torch.randn(2, 3, 4, 5).bfloat16()]"),
+    # Index arithmetic: tril / triu decompose to aranges compared with each other (iota leaves).
+    "tril_triu": _source("x):\n        return torch.tril(x), torch.triu(x, diagonal=1) * 2", "[torch.randn(2, 5, 7)]"),
+    "arange_float": _source("x):\n        return x * torch.arange(0.5, 3.5, 0.25, device=x.device)", "[torch.randn(3, 12)]"),
     "split_sizes_pad": _source("x):\n        a, b = torch.split(x, [3, 5], dim=0)\n        return F.pad(b, (2, 2)), a.t()",
                                "[torch.randn(8, 6)]"),
 }

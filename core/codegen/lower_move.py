@@ -19,6 +19,7 @@ transpose of a slice. Tree steps, each with the `shape` of its result:
     {"op": "index", "dim": D, "table": [...], ...}           the same with an index known when lowering
                                                              (torch.roll's arange + shift, mod n)
     {"op": "const", "value": V, ...}                         a constant operand (zeros_like, full)
+    {"op": "iota", "start": S, "step": T, ...}               arange: S + i * T along its one dim
 
 The kernel: each thread takes ITEMS output elements BLOCK apart (coalesced stores), unravels the
 flat index over the output shape (literal sizes: divisions become multiplies) and walks the tree
@@ -47,6 +48,9 @@ MOVE = "ca_move.default"
 # ATen ops that to_move rewrites (flip only where no scan takes it: see partition.canonicalize).
 MOVE_OPS = {"cat.default", "slice.Tensor", "select.int", "constant_pad_nd.default", "permute.default",
             "transpose.int", "t.default", "flip.default", "index_select.default"}
+# Index arithmetic (tril / triu / eye decompose to aranges compared with each other): written once
+# to a small buffer by a move kernel, then read, broadcast, by the elementwise ops.
+ARANGES = {"arange.start_step", "arange.default", "arange.start"}
 INDEX_DTYPES = ("int64", "int32")
 KNOBS = [
     Knob("BLOCK", (256, 128, 512, 1024), "threads per block"),
@@ -137,6 +141,17 @@ def tensor_operands(node: Node) -> list[Ref]:
     return [o for o in node.operands if isinstance(o, Ref)]
 
 
+def arange_to_move(node: Node) -> Node | None:
+    """An arange (no operands) as a ca_move node with an iota tree; None for other forms."""
+    a = node.attrs
+    if len(node.shape) != 1 or node.operands or not all(isinstance(a.get(k, 0), (int, float)) for k in
+                                                          ("start", "step")):
+        return None
+    return Node(node.name, MOVE, [], {"tree": {"op": "iota", "start": a.get("start", 0) or 0,
+                                               "step": a.get("step", 1) or 1, "shape": list(node.shape)}},
+                node.shape, node.dtype)
+
+
 def to_move(node: Node, values: dict[str, Any], foldable: set[str], table: list[int] | None = None) -> Node | None:
     """`node` (an ATen op of MOVE_OPS) as a ca_move node, with the trees of operands named in
     `foldable` (ca_move nodes whose only reader is `node`) folded in; None when it cannot be
@@ -205,6 +220,8 @@ def describe(t: Tree, names: list[str]) -> str:
         return names[t["k"]]
     if op == "const":
         return f"full({t['value']})"
+    if op == "iota":
+        return f"arange({t['start']}, step {t['step']})"
     if op == "cat":
         return f"cat(dim {t['dim']}: " + ", ".join(describe(p["child"], names) for p in t["parts"]) + ")"
     inner = describe(t["child"], names)
@@ -388,6 +405,12 @@ class _Emitter:
         if op == "const":
             lines.append(f"{pad}v = {_fill(t['value'], self.dtype)};")
             return lines
+        if op == "iota":          # exact in int64; floats as start + i * step in double, then rounded
+            ct = COMPUTE_CTYPE[self.dtype]
+            wide = "long long" if ct not in ("float", "double") else "double"
+            value = f"({wide}){literal(t['start'], wide)} + ({wide})({idx[0]}) * ({wide}){literal(t['step'], wide)}"
+            lines.append(f"{pad}v = {store_expr(self.dtype, f'({ct})({value})')};")
+            return lines
         if op == "slice":
             d = t["dim"]
             j = list(idx)
@@ -491,7 +514,7 @@ def _emit(kernel: str, node: Node, operands: list[Any], idx_t: str, plane: tuple
     body.append(f"{pad}{out_t} v;")
     body += em.gen(node.attrs["tree"], idx, pad)
     body.append(f"{pad}out[i] = v;")
-    params = ", ".join(f"const {STORAGE_CTYPE[v.dtype]}* __restrict__ in{k}" for k, v in enumerate(operands))
+    params = "".join(f"const {STORAGE_CTYPE[v.dtype]}* __restrict__ in{k}, " for k, v in enumerate(operands))
     n = math.prod(node.shape)
     gather = [
         f"    const {idx_t} first = ({idx_t})blockIdx.x * (BLOCK * ITEMS) + ({idx_t})threadIdx.x;",
@@ -509,7 +532,7 @@ def _emit(kernel: str, node: Node, operands: list[Any], idx_t: str, plane: tuple
         "",
         *em.tables,
         f"extern \"C\" __global__ void __launch_bounds__(BLOCK)",
-        f"{kernel}({params}, {out_t}* __restrict__ out)",
+        f"{kernel}({params}{out_t}* __restrict__ out)",
         "{",
         *gather,
         "}",

@@ -52,7 +52,7 @@ from typing import Any, Callable
 
 from core.codegen.errors import CodegenError
 from core.codegen.graph import Graph, GraphInput, Node, Ref
-from core.codegen.lower_move import MOVE, MOVE_OPS, tensor_operands, to_move
+from core.codegen.lower_move import ARANGES, MOVE, MOVE_OPS, arange_to_move, tensor_operands, to_move
 from core.codegen.lower_rowreduce import SOFTMAXES, is_rowreduce
 from core.codegen.lower_rownorm import row_signature, rows_fit
 from core.codegen.pointwise_ops import CONSTANT_OPS, IOTA, is_pointwise
@@ -368,7 +368,9 @@ def canonicalize(graph: Graph, rows: bool = False) -> Graph:
         if n.op == "getitem" and isinstance(n.operands[0], Ref) and \
                 (piece := _piece_as_move_op(n, graph)) is not None:
             n = piece                    # a split / chunk / unbind piece: a slice or a select
-        if n.op in MOVE_OPS and not (n.op == "flip.default" and scans) and \
+        if n.op in ARANGES and (iota := arange_to_move(n)) is not None:
+            b.nodes.append(iota)
+        elif n.op in MOVE_OPS and not (n.op == "flip.default" and scans) and \
                 not (n.op == "permute.default" and is_view(n, b.view)) and \
                 (moved := _as_move(n, b, readers, graph.outputs)) is not None:
             b.nodes.append(moved)
@@ -464,6 +466,11 @@ def _constant_tensor(name: str, values: dict[str, Any], graph: Graph) -> Any:
         if v in seen:
             return True
         node = values.get(v)
+        if isinstance(node, Node) and node.op == MOVE and node.attrs["tree"]["op"] == "iota":
+            t = node.attrs["tree"]          # an arange: interpreted as the ATen op it came from
+            node = Node(v, "arange.start_step", [], {"start": t["start"], "end": t["start"] + t["step"] * t["shape"][0],
+                                                     "step": t["step"], "dtype": node.dtype, "layout": None,
+                                                     "device": None, "pin_memory": False}, node.shape, node.dtype)
         if not isinstance(node, Node) or node.op == MOVE:
             return False
         seen.add(v)
