@@ -528,7 +528,8 @@ def gen_move(rng: random.Random, name: str) -> FuzzCase:
         r = len(cur)
         d = rng.randrange(r)
         kinds = ["slice", "pad", "cat", "flip", "roll", "index_select"] + (["transpose"] if r >= 2 else []) + \
-            (["chunk"] if cur[d] >= 2 else []) + (["select"] if r >= 2 else [])
+            (["chunk"] if cur[d] >= 2 else []) + (["select"] if r >= 2 else []) + \
+            (["pad_mode"] if r >= 2 and dtype != "torch.int64" else []) + (["upsample"] if 3 <= r <= 5 else [])
         kind = rng.choice(kinds)
         nv = f"v{step}"
         if kind == "slice":
@@ -556,6 +557,26 @@ def gen_move(rng: random.Random, name: str) -> FuzzCase:
             order = [v, f"y{step}"] if rng.random() < 0.5 else [f"y{step}", v]
             body.append(f"{nv} = torch.cat([{', '.join(order)}], dim={d - r if rng.random() < 0.3 else d})")
             cur[d] += other[d]
+        elif kind == "pad_mode":                # reflect / replicate: index tables of arange, abs, clamp
+            k = rng.randint(1, min(2, r - 1))
+            mode = rng.choice(["reflect", "replicate"])
+            pads = []
+            for i in range(k):
+                size = cur[r - 1 - i]
+                most = size - 1 if mode == "reflect" else 4
+                lo, hi = rng.randint(0, min(most, 4)), rng.randint(0, min(most, 4))
+                pads += [lo, hi]
+                cur[r - 1 - i] = size + lo + hi
+            body.append(f"{nv} = F.pad({v}, {tuple(pads)!r}, mode='{mode}')")
+        elif kind == "upsample":
+            if rng.random() < 0.5:
+                body.append(f"{nv} = F.interpolate({v}, scale_factor={rng.choice([2, 3])}, mode='nearest')")
+                f = int(body[-1].split("scale_factor=")[1].split(",")[0])
+                cur = cur[:2] + [c * f for c in cur[2:]]
+            else:
+                size = [rng.randint(1, 9) for _ in cur[2:]]
+                body.append(f"{nv} = F.interpolate({v}, size={tuple(size)!r}, mode='nearest')")
+                cur = cur[:2] + size
         elif kind == "flip":
             dims = sorted(rng.sample(range(r), rng.randint(1, r)))
             body.append(f"{nv} = torch.flip({v}, {dims})")

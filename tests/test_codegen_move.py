@@ -81,6 +81,13 @@ CASES = {
     # Index arithmetic: tril / triu decompose to aranges compared with each other (iota leaves).
     "tril_triu": _source("x):\n        return torch.tril(x), torch.triu(x, diagonal=1) * 2", "[torch.randn(2, 5, 7)]"),
     "arange_float": _source("x):\n        return x * torch.arange(0.5, 3.5, 0.25, device=x.device)", "[torch.randn(3, 12)]"),
+    # Gathers through index tables computed when lowering: replicate / reflect pads (arange, clamp
+    # or abs, then index.Tensor), nearest upsampling (2x, and 3 -> 7 / 4 -> 5 through float scales).
+    "replicate_pad": _source("x):\n        return F.pad(x, (2, 3, 1, 1), mode='replicate')", "[torch.randn(2, 3, 6, 5)]"),
+    "reflect_pad": _source("x):\n        return F.pad(x, (2, 1), mode='reflect') + 1", "[torch.randn(2, 3, 6)]"),
+    "upsample_2x": _source("x):\n        return F.interpolate(x, scale_factor=2, mode='nearest')", "[torch.randn(2, 3, 4, 5)]"),
+    "upsample_sizes": _source("x):\n        return F.interpolate(x, size=(7, 5), mode='nearest')", "[torch.randn(1, 2, 3, 4)]"),
+    "advanced_index": _source("x, i):\n        return x[:, i] * 2", "[torch.randn(4, 6), torch.randint(0, 6, (9,))]"),
     "split_sizes_pad": _source("x):\n        a, b = torch.split(x, [3, 5], dim=0)\n        return F.pad(b, (2, 2)), a.t()",
                                "[torch.randn(8, 6)]"),
 }

@@ -141,6 +141,16 @@ def tensor_operands(node: Node) -> list[Ref]:
     return [o for o in node.operands if isinstance(o, Ref)]
 
 
+def upsample_tree(node: Node, src: Any, tables: list[list[int]]) -> Node:
+    """A ca_move node reading `src` through one index table per spatial dim (dims 2, 3, ...)."""
+    tree: Tree = {"op": "in", "k": 0, "shape": list(src.shape)}
+    shape = list(src.shape)
+    for k, table in enumerate(tables):
+        shape[2 + k] = len(table)
+        tree = {"op": "index", "dim": 2 + k, "table": table, "shape": list(shape), "child": tree}
+    return Node(node.name, MOVE, [node.operands[0]], {"tree": tree}, node.shape, node.dtype)
+
+
 def arange_to_move(node: Node) -> Node | None:
     """An arange (no operands) as a ca_move node with an iota tree; None for other forms."""
     a = node.attrs
@@ -232,8 +242,10 @@ def describe(t: Tree, names: list[str]) -> str:
     if op == "pad":
         return f"pad({inner}, before {t['before']}, value {t['value']})"
     if op == "index":
-        how = names[t["k"]] if "k" in t else _rotation(t["table"]) is not None and \
-            f"a roll by {_rotation(t['table'])}" or f"a table of {len(t['table'])}"
+        size = t["child"]["shape"][t["dim"]]
+        shift = _rotation(t["table"]) if "table" in t and len(t["table"]) == size else None
+        how = names[t["k"]] if "k" in t else f"a roll by {shift}" if shift is not None else \
+            f"a table of {len(t['table'])}"
         return f"index_select({inner}, dim {t['dim']}, {how})"
     return f"{op}({inner}, {t['dims']})"
 
@@ -451,7 +463,7 @@ class _Emitter:
         if op == "index" and "table" in t:
             d, size = t["dim"], t["child"]["shape"][t["dim"]]
             j = list(idx)
-            shift = _rotation(t["table"])
+            shift = _rotation(t["table"]) if len(t["table"]) == size else None
             if shift is not None:           # torch.roll: (i + shift) mod size, no table
                 j[d] = self.temp(lines, pad, f"({idx[d]}) + {shift}")
                 lines.append(f"{pad}const {self.idx_t} w{self.count} = {j[d]} >= {size} ? {j[d]} - {size} : {j[d]};")

@@ -368,6 +368,11 @@ def canonicalize(graph: Graph, rows: bool = False) -> Graph:
         if n.op == "getitem" and isinstance(n.operands[0], Ref) and \
                 (piece := _piece_as_move_op(n, graph)) is not None:
             n = piece                    # a split / chunk / unbind piece: a slice or a select
+        elif n.op == "index.Tensor" and (picked := _index_as_select(n, graph)) is not None:
+            n = picked                   # x[:, i] with one 1-D index: index_select (replicate / reflect pads)
+        if n.op in UPSAMPLES and (up := _upsample_as_move(n, graph)) is not None:
+            b.nodes.append(up)
+            continue
         if n.op in ARANGES and (iota := arange_to_move(n)) is not None:
             b.nodes.append(iota)
         elif n.op in MOVE_OPS and not (n.op == "flip.default" and scans) and \
@@ -485,6 +490,55 @@ def _constant_tensor(name: str, values: dict[str, Any], graph: Graph) -> Any:
         return interpret(Graph(graph.task, [], order, [name], dict(graph.constants)), {})[0]
     except Exception:          # an op the interpreter cannot run on the CPU: leave the index as data
         return None
+
+
+UPSAMPLES = {"upsample_nearest1d.vec", "upsample_nearest2d.vec", "upsample_nearest3d.vec",
+             "upsample_nearest1d.default", "upsample_nearest2d.default", "upsample_nearest3d.default"}
+
+
+def _index_as_select(n: Node, graph: Graph) -> Node | None:
+    """x[..., idx, ...] with exactly one 1-D integer index tensor: index_select along its dim."""
+    indices = n.attrs.get("indices") or []
+    picked = [(d, i) for d, i in enumerate(indices) if i is not None]
+    if len(picked) != 1 or not isinstance(picked[0][1], Ref) or not n.operands or not isinstance(n.operands[0], Ref):
+        return None
+    d, idx = picked[0]
+    index = graph.value(idx.name)
+    if len(index.shape) != 1 or index.dtype not in ("int64", "int32"):
+        return None
+    return Node(n.name, "index_select.default", [n.operands[0], idx], {"dim": d}, n.shape, n.dtype)
+
+
+def _upsample_as_move(n: Node, graph: Graph) -> Node | None:
+    """Nearest upsampling as a ca_move of one index table per spatial dim, computed as ATen's
+    nearest_idx does (float32 scale, floor, clipped; exact halving when the size doubles)."""
+    import numpy as np
+
+    from core.codegen.lower_move import upsample_tree
+
+    if not n.operands or not isinstance(n.operands[0], Ref):
+        return None
+    src = graph.value(n.operands[0].name)
+    if src.dtype != n.dtype:
+        return None
+    spatial = len(n.shape) - 2
+    if n.op.endswith(".vec"):
+        scales = n.attrs.get("scale_factors") or [None] * spatial
+    else:
+        scales = [n.attrs.get(k) for k in (("scales",) if spatial == 1 else ("scales_h", "scales_w") if spatial == 2
+                                           else ("scales_d", "scales_h", "scales_w"))]
+    tables = []
+    for k in range(spatial):
+        i_size, o_size = src.shape[2 + k], n.shape[2 + k]
+        if o_size == i_size:
+            tables.append(list(range(o_size)))
+            continue
+        if o_size == 2 * i_size:
+            tables.append([o >> 1 for o in range(o_size)])
+            continue
+        scale = np.float32(1.0 / scales[k]) if scales[k] else np.float32(i_size) / np.float32(o_size)
+        tables.append([min(int(np.floor(np.float32(o) * scale)), i_size - 1) for o in range(o_size)])
+    return upsample_tree(n, src, tables)
 
 
 def _piece_as_move_op(n: Node, graph: Graph) -> Node | None:
