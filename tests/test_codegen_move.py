@@ -186,7 +186,7 @@ def emulate_moves(task, graph: Graph, program: KernelProgram,
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for i, t in enumerate(files.values()):
-            (work / f"in{i}.bin").write_bytes(t.contiguous().view(torch.uint8).numpy().tobytes())
+            (work / f"in{i}.bin").write_bytes(t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
         (work / "main.cpp").write_text("\n".join(lines))
         build = subprocess.run([GXX, "-std=c++17", "-O1", "-w", "-pthread", *SANITIZE, *program.compile_options(),
                                 "main.cpp", "-o", "main"], cwd=work, capture_output=True, text=True, timeout=240)
