@@ -72,9 +72,9 @@ def _norm(d: int, rank: int) -> int:
     return d % rank if rank else 0
 
 
-def _step(node: Node, shapes: list[tuple[int, ...]], table: list[int] | None = None) -> tuple[Tree, list[int]] | None:
-    """The tree step of one ATen move node over leaves ("in", k) of its tensor operands, and which
-    operands (by position in `shapes`) it reads; None when the node's arguments are out of reach."""
+def _step(node: Node, shapes: list[tuple[int, ...]], table: list[int] | None = None) -> Tree | None:
+    """The tree step of one ATen move node over leaves ("in", k) of its tensor operands (whose
+    shapes are `shapes`); None when the node's arguments are out of reach."""
     out = list(node.shape)
     a = node.attrs
 
@@ -90,18 +90,18 @@ def _step(node: Node, shapes: list[tuple[int, ...]], table: list[int] | None = N
         start = min(max(start + size if start < 0 else start, 0), size)
         if step < 1:
             return None
-        return {"op": "slice", "dim": d, "start": start, "step": step, "shape": out, "child": leaf(0)}, [0]
+        return {"op": "slice", "dim": d, "start": start, "step": step, "shape": out, "child": leaf(0)}
     if node.op == "select.int":
         d = _norm(a["dim"], rank)
         index = a["index"] + src[d] if a["index"] < 0 else a["index"]
-        return {"op": "select", "dim": d, "index": index, "shape": out, "child": leaf(0)}, [0]
+        return {"op": "select", "dim": d, "index": index, "shape": out, "child": leaf(0)}
     if node.op == "constant_pad_nd.default":
         pad = list(a["pad"])
         before = [0] * rank
         for i in range(len(pad) // 2):
             before[rank - 1 - i] = pad[2 * i]
         value = a.get("value", 0)
-        return {"op": "pad", "before": before, "value": value, "shape": out, "child": leaf(0)}, [0]
+        return {"op": "pad", "before": before, "value": value, "shape": out, "child": leaf(0)}
     if node.op in ("permute.default", "transpose.int", "t.default"):
         if node.op == "permute.default":
             dims = [_norm(d, rank) for d in a["dims"]]
@@ -110,17 +110,17 @@ def _step(node: Node, shapes: list[tuple[int, ...]], table: list[int] | None = N
             d0, d1 = (_norm(a["dim0"], rank), _norm(a["dim1"], rank)) if node.op == "transpose.int" else \
                 ((0, 1) if rank == 2 else (0, 0))
             dims[d0], dims[d1] = dims[d1], dims[d0]
-        return {"op": "permute", "dims": dims, "shape": out, "child": leaf(0)}, [0]
+        return {"op": "permute", "dims": dims, "shape": out, "child": leaf(0)}
     if node.op == "flip.default":
         return {"op": "flip", "dims": sorted({_norm(d, rank) for d in a["dims"]}), "shape": out,
-                "child": leaf(0)}, [0]
+                "child": leaf(0)}
     if node.op == "index_select.default":
         if table is not None:
             return {"op": "index", "dim": _norm(a["dim"], rank), "table": list(table), "shape": out,
-                    "child": leaf(0)}, [0]
+                    "child": leaf(0)}
         if len(shapes) < 2 or len(shapes[1]) > 1:
             return None
-        return {"op": "index", "dim": _norm(a["dim"], rank), "k": 1, "shape": out, "child": leaf(0)}, [0, 1]
+        return {"op": "index", "dim": _norm(a["dim"], rank), "k": 1, "shape": out, "child": leaf(0)}
     if node.op == "cat.default":
         d = _norm(a.get("dim", 0), len(out))
         parts, offset = [], 0
@@ -130,7 +130,7 @@ def _step(node: Node, shapes: list[tuple[int, ...]], table: list[int] | None = N
             if s[d]:
                 parts.append({"offset": offset, "child": leaf(k)})
             offset += s[d]
-        return {"op": "cat", "dim": d, "parts": parts, "shape": out}, list(range(len(shapes)))
+        return {"op": "cat", "dim": d, "parts": parts, "shape": out}
     return None
 
 
@@ -177,10 +177,9 @@ def to_move(node: Node, values: dict[str, Any], foldable: set[str], table: list[
         return None
     if node.op == "index_select.default" and table is None and values[refs[1].name].dtype not in INDEX_DTYPES:
         return None
-    made = _step(node, [tuple(values[r.name].shape) for r in refs], table)
-    if made is None:
+    tree = _step(node, [tuple(values[r.name].shape) for r in refs], table)
+    if tree is None:
         return None
-    tree, _ = made
     operands: list[Ref] = []
 
     def place(ref: Ref) -> int:
