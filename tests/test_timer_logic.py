@@ -139,3 +139,21 @@ def test_a_launch_longer_than_the_fixed_gate_is_counted_as_uncovered(sim):
     run = t.run(call, [x.clone()], [[x]], gate_us=30.0)
     assert run.uncovered_reps == len(run.samples_ms)
     assert min(run.samples_ms) > 0.050           # the launch time leaked into the samples
+
+
+def test_runs_that_need_no_stray_time_skip_the_control_timing(sim):
+    t = _timer(sim)
+    out = torch.zeros(4)
+    controls = []
+    real = t._control_gap
+    t._control_gap = lambda *a, **k: controls.append(a) or real(*a, **k)
+
+    def call():
+        sim.launch_side(0.200)                   # stray work: visible only when it is measured
+        return [out]
+
+    x = torch.ones(4)
+    quick = t.run(call, [x.clone()], [[x]], reps=2, warmup=False, gate_us=30.0, measure_stray=False)
+    assert not controls and quick.stray_ms == 0.0 and len(quick.samples_ms) == 2
+    full = t.run(call, [x.clone()], [[x]], reps=2, warmup=False, gate_us=30.0)
+    assert len(controls) == 1 and full.stray_ms > 0.15
