@@ -36,12 +36,14 @@ Knobs: BLOCK threads per block; ITEMS output elements per thread (the gather); T
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Any
 
-from core.codegen.cuda_emit import COMPUTE_CTYPE, PRELUDE, STORAGE_CTYPE, literal, store_expr
+from core.codegen.cuda_emit import COMPUTE_CTYPE, PRELUDE, STORAGE_CTYPE, literal, load_expr, store_expr
 from core.codegen.errors import CodegenError
 from core.codegen.graph import Graph, Node, Ref
-from core.codegen.lower_pointwise import Lowering
+from core.codegen.lower_pointwise import Lowering, _node_expr, assign_node
+from core.codegen.pointwise_ops import LoweringError, is_pointwise
 from core.codegen.schedule import Knob, ScheduleSpec
 
 MOVE = "ca_move.default"
@@ -252,12 +254,15 @@ def describe(t: Tree, names: list[str]) -> str:
 # ---- lowering -------------------------------------------------------------------------------------
 
 def lower_move(graph: Graph, kernel: str) -> Lowering:
-    """One gather kernel for a graph that is exactly one ca_move node over graph inputs."""
-    if len(graph.nodes) != 1 or graph.nodes[0].op != MOVE or graph.outputs != [graph.nodes[0].name]:
+    """One gather kernel for a graph of one ca_move node over graph inputs, and the elementwise
+    epilogue on its result the partitioner may add (ops of its size, reading it and group inputs
+    broadcast to it)."""
+    moves = [m for m in graph.nodes if m.op == MOVE]
+    if len(moves) != 1:
         raise CodegenError(f"Task '{graph.task}': the data-movement family lowers one ca_move node over "
                            f"graph inputs; this graph has {', '.join(graph.ops())}.",
                            task=graph.task, ops=graph.ops())
-    node = graph.nodes[0]
+    node = moves[0]
     names = [o.name for o in node.operands]
     inputs = {v.name: v for v in graph.inputs}
     missing = [n for n in names if n not in inputs]
@@ -268,16 +273,22 @@ def lower_move(graph: Graph, kernel: str) -> Lowering:
     if n == 0:
         raise CodegenError(f"Task '{graph.task}': '{node.name}' has no elements ({list(node.shape)}); "
                            "there is nothing to launch", task=graph.task, ops=graph.ops())
-    largest = max([n] + [math.prod(inputs[x].shape) for x in names])
+    epi = _epilogue(graph, node, n)
+    largest = max([n] + [math.prod(inputs[x].shape) for x in names + [v.name for v in epi.extra]])
     idx_t = "int" if largest < INT32_LIMIT else "long long"
-    out = "out"
-    while out in names:
-        out += "_"
+    reserved = set(names) | {v.name for v in epi.extra}
+    outs = []
+    for i, _ in enumerate(graph.outputs):
+        name = "out" if len(graph.outputs) == 1 else f"out{i}"
+        while name in reserved:
+            name += "_"
+        reserved.add(name)
+        outs.append(name)
     tree = node.attrs["tree"]
     plane = _transpose_plane(tree)
     knobs = list(KNOBS)
     grid, block = f"cdiv({n}, BLOCK * ITEMS)", ["BLOCK"]
-    source = PRELUDE + _emit(kernel, node, [inputs[x] for x in names], idx_t, plane)
+    source = PRELUDE + _emit(kernel, node, [inputs[x] for x in names], idx_t, plane, graph, epi)
     if plane is not None:
         k, last = plane
         shape = tree["shape"]
@@ -293,9 +304,11 @@ def lower_move(graph: Graph, kernel: str) -> Lowering:
         "format": "cuda-agent/program@1", "name": kernel, "source": source,
         "tunables": {k.name: list(k.values) for k in knobs},
         "schedule": default,
-        "buffers": [{"name": out, "shape": list(node.shape), "dtype": node.dtype}],
-        "launches": [{"kernel": kernel, "grid": [grid], "block": block, "shared_bytes": 0, "args": names + [out]}],
-        "outputs": [out],
+        "buffers": [{"name": name, "shape": list(graph.value(o).shape), "dtype": graph.value(o).dtype}
+                    for name, o in zip(outs, graph.outputs)],
+        "launches": [{"kernel": kernel, "grid": [grid], "block": block, "shared_bytes": 0,
+                      "args": names + [v.name for v in epi.extra] + outs}],
+        "outputs": outs,
     }
 
     def idle(s: Any) -> str | None:
@@ -312,6 +325,8 @@ def lower_move(graph: Graph, kernel: str) -> Lowering:
     spec = ScheduleSpec(knobs, [idle, tiled_alone], defaults=default)
     notes = [f"data movement: {describe(node.attrs['tree'], names)} -> {node.dtype}{list(node.shape)}, "
              f"{n} elements, {idx_t} indices"]
+    if epi.nodes:
+        notes.append(f"epilogue: {', '.join(m.op for m in epi.nodes)}")
     return Lowering(program, spec, notes)
 
 
@@ -330,7 +345,7 @@ def _transpose_plane(t: Tree) -> tuple[int, int] | None:
     return dims.index(last), last
 
 
-def _emit_tiled(node: Node, plane: tuple[int, int], idx_t: str) -> list[str]:
+def _emit_tiled(node: Node, plane: tuple[int, int], idx_t: str, stores: str) -> list[str]:
     """The TILED=1 body: one 32 x 32 tile of the (k, last) plane per block, through shared memory."""
     t = node.attrs["tree"]
     k, last = plane
@@ -361,10 +376,133 @@ def _emit_tiled(node: Node, plane: tuple[int, int], idx_t: str) -> list[str]:
         f"{pad}__syncthreads();",
         f"{pad}for (int r = threadIdx.y; r < {TILE}; r += {TILE_ROWS}) {{   // along the output's rows",
         f"{pad}    const {idx_t} ol = tl * {TILE} + threadIdx.x, ok = tk * {TILE} + r;",
-        f"{pad}    if (ok < {shape[k]} && ol < {shape[last]}) out[{_ravel(idx, shape)}] = tile[threadIdx.x][r];",
+        f"{pad}    if (ok < {shape[k]} && ol < {shape[last]}) store(tile[threadIdx.x][r], {_ravel(idx, shape)}, {stores});",
         f"{pad}}}",
     ]
     return lines
+
+
+@dataclass
+class _Epilogue:
+    """Elementwise ops on the move's result, computed in the same kernel (see lower_move)."""
+
+    alias: dict[str, str] = field(default_factory=dict)     # value -> the move or epilogue node it views
+    nodes: list[Node] = field(default_factory=list)          # pointwise nodes, in order
+    extra: list[Any] = field(default_factory=list)           # group inputs they read (one pointer each)
+    reads: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)   # value -> (input, shape)
+
+
+def _epilogue(graph: Graph, move: Node, n: int) -> _Epilogue:
+    from core.codegen.partition import is_view      # (partition imports this module)
+
+    inputs = {v.name: v for v in graph.inputs}
+    epi = _Epilogue(alias={move.name: move.name}, reads={v.name: (v.name, tuple(v.shape)) for v in graph.inputs})
+    extra: dict[str, Any] = {}
+
+    def refuse(what: str, ops: list[str]) -> CodegenError:
+        return CodegenError(f"Task '{graph.task}': the data-movement family takes a move and an elementwise "
+                            f"epilogue on its result; {what}.", task=graph.task, ops=ops)
+
+    for m in graph.nodes:
+        if m is move:
+            continue
+        refs = [o.name for o in m.operands if isinstance(o, Ref)]
+        if is_view(m, graph) and len(refs) == 1 and refs[0] in epi.reads and refs[0] not in epi.alias:
+            epi.reads[m.name] = (epi.reads[refs[0]][0], tuple(m.shape))      # a group input viewed
+            continue
+        if math.prod(m.shape) != n:
+            raise refuse(f"'{m.op}' (node '{m.name}') has {math.prod(m.shape)} elements, not the move's {n}",
+                         [m.op])
+        if is_view(m, graph) and len(refs) == 1 and refs[0] in epi.alias:
+            epi.alias[m.name] = epi.alias[refs[0]]
+        elif is_pointwise(m) and all(r in epi.alias or r in epi.reads for r in refs):
+            for r in refs:
+                if r in epi.alias:
+                    continue
+                source, shape = epi.reads[r]
+                aligned = (1,) * (len(m.shape) - len(shape)) + shape
+                if len(shape) > len(m.shape) or any(a not in (1, s) for a, s in zip(aligned, m.shape)):
+                    raise refuse(f"'{m.op}' reads '{source}' as {list(shape)}, which does not broadcast to "
+                                 f"{list(m.shape)}", [m.op])
+                extra.setdefault(source, inputs[source])
+            epi.alias[m.name] = m.name
+            epi.nodes.append(m)
+        else:
+            raise refuse(f"it cannot fuse '{m.op}' (node '{m.name}')", [m.op])
+    for o in graph.outputs:
+        if o not in epi.alias:
+            raise refuse(f"the group output '{o}' is not the move's result or computed from it", [move.op])
+    epi.extra = list(extra.values())
+    return epi
+
+
+def _broadcast_offset(shape_in: tuple[int, ...], shape: tuple[int, ...], e: str) -> str:
+    """C offset into a contiguous tensor of shape `shape_in` of the element that broadcasts to
+    flat index `e` of `shape`."""
+    aligned = (1,) * (len(shape) - len(shape_in)) + tuple(shape_in)
+    if aligned == tuple(shape):
+        return e
+    if math.prod(shape_in) == 1:
+        return "0"
+    terms = []
+    for d, size in enumerate(shape):
+        if aligned[d] == 1 or size == 1:
+            continue
+        inner = math.prod(shape[d + 1:])
+        coord = e if inner == 1 else f"({e} / {inner})"
+        if d > 0:
+            coord = f"({coord} % {size})"
+        stride = math.prod(aligned[d + 1:])
+        terms.append(coord if stride == 1 else f"{coord} * {stride}")
+    return " + ".join(terms)
+
+
+def _emit_epilogue(graph: Graph, move: Node, epi: _Epilogue, idx_t: str) -> str:
+    """store(v, e, inputs..., outputs...): the epilogue on the moved value v (as stored) at flat
+    index e, and every group output stored."""
+    values = {v.name: v for v in graph.inputs}
+    values.update({m.name: m for m in graph.nodes})
+    raw_t = STORAGE_CTYPE[move.dtype]
+    params = [f"{raw_t} v", f"{idx_t} e"]
+    params += [f"const {STORAGE_CTYPE[v.dtype]}* __restrict__ x{k}" for k, v in enumerate(epi.extra)]
+    params += [f"{STORAGE_CTYPE[values[o].dtype]}* __restrict__ y{k}" for k, o in enumerate(graph.outputs)]
+    lines = [f"CA_HD void store({', '.join(params)}) {{"]
+    ct = COMPUTE_CTYPE[move.dtype]
+    var: dict[str, tuple[str, str]] = {move.name: ("mv", ct)}
+    if epi.nodes:
+        lines.append(f"    const {ct} mv = {load_expr(move.dtype, 'v')};")
+    ptr = {v.name: f"x{k}" for k, v in enumerate(epi.extra)}
+    loads = 0
+    for i, m in enumerate(epi.nodes):
+        for o in m.operands:
+            if not isinstance(o, Ref):
+                continue
+            if o.name in epi.alias:
+                var[o.name] = var[epi.alias[o.name]]
+                continue
+            source, shape = epi.reads[o.name]
+            v = values[source]
+            at = f"{ptr[source]}[{_broadcast_offset(shape, tuple(m.shape), 'e')}]"
+            lines.append(f"    const {COMPUTE_CTYPE[v.dtype]} a{loads} = {load_expr(v.dtype, at)};")
+            var[o.name] = (f"a{loads}", COMPUTE_CTYPE[v.dtype])
+            loads += 1
+        mct = COMPUTE_CTYPE[m.dtype]
+        try:
+            expr = _node_expr(m, mct, var, values)
+        except LoweringError as exc:
+            raise CodegenError(f"Task '{graph.task}': the data-movement family cannot lower the epilogue op "
+                               f"'{m.op}' (node '{m.name}'): {exc} is not supported.",
+                               task=graph.task, ops=[m.op]) from exc
+        lines += assign_node(m, mct, f"t{i}", expr, "    ")
+        var[m.name] = (f"t{i}", mct)
+    for k, o in enumerate(graph.outputs):
+        source = epi.alias[o]
+        if source == move.name:
+            lines.append(f"    y{k}[e] = v;")               # the moved value itself: the same bits
+        else:
+            lines.append(f"    y{k}[e] = {store_expr(values[o].dtype, var[source][0])};")
+    lines.append("}")
+    return "\n".join(lines)
 
 
 def _ravel(idx: list[str], shape: list[int]) -> str:
@@ -508,7 +646,8 @@ class _Emitter:
         raise CodegenError(f"internal: unknown move step {op!r}")
 
 
-def _emit(kernel: str, node: Node, operands: list[Any], idx_t: str, plane: tuple[int, int] | None = None) -> str:
+def _emit(kernel: str, node: Node, operands: list[Any], idx_t: str, plane: tuple[int, int] | None,
+          graph: Graph, epi: _Epilogue) -> str:
     out_t = STORAGE_CTYPE[node.dtype]
     shape = list(node.shape) or [1]
     em = _Emitter(kernel, node.dtype, operands, idx_t)
@@ -524,8 +663,13 @@ def _emit(kernel: str, node: Node, operands: list[Any], idx_t: str, plane: tuple
         idx = []
     body.append(f"{pad}{out_t} v;")
     body += em.gen(node.attrs["tree"], idx, pad)
-    body.append(f"{pad}out[i] = v;")
+    stores = ", ".join([f"x{k}" for k in range(len(epi.extra))] + [f"y{k}" for k in range(len(graph.outputs))])
+    body.append(f"{pad}store(v, i, {stores});")
     params = "".join(f"const {STORAGE_CTYPE[v.dtype]}* __restrict__ in{k}, " for k, v in enumerate(operands))
+    params += "".join(f"const {STORAGE_CTYPE[v.dtype]}* __restrict__ x{k}, " for k, v in enumerate(epi.extra))
+    values = {v.name: v for v in graph.inputs}
+    values.update({m.name: m for m in graph.nodes})
+    params += ", ".join(f"{STORAGE_CTYPE[values[o].dtype]}* __restrict__ y{k}" for k, o in enumerate(graph.outputs))
     n = math.prod(node.shape)
     gather = [
         f"    const {idx_t} first = ({idx_t})blockIdx.x * (BLOCK * ITEMS) + ({idx_t})threadIdx.x;",
@@ -538,12 +682,13 @@ def _emit(kernel: str, node: Node, operands: list[Any], idx_t: str, plane: tuple
         "    }",
     ]
     if plane is not None:
-        gather = ["#if TILED", *_emit_tiled(node, plane, idx_t), "#else", *gather, "#endif"]
+        gather = ["#if TILED", *_emit_tiled(node, plane, idx_t, stores), "#else", *gather, "#endif"]
     return "\n".join([
         "",
         *em.tables,
+        _emit_epilogue(graph, node, epi, idx_t),
         f"extern \"C\" __global__ void __launch_bounds__(BLOCK)",
-        f"{kernel}({params}{out_t}* __restrict__ out)",
+        f"{kernel}({params})",
         "{",
         *gather,
         "}",

@@ -83,8 +83,9 @@ FAMILIES: dict[str, Family] = {
     # (see _Planner.join_rows), with the elementwise ops that combine their results with the rows.
     "rownorm": Family("rownorm", "core.codegen.lower_rownorm", None, "lower_rownorm", True, True),
     # Data movement (cat, slices, pads, transposes, flips no scan takes): canonicalize makes each
-    # chain of them one ca_move node, which reads materialised values and writes a buffer.
-    "move": Family("move", "core.codegen.lower_move", "is_move", "lower_move", False, False),
+    # chain of them one ca_move node, which reads materialised values; elementwise ops on its result
+    # join it as an epilogue.
+    "move": Family("move", "core.codegen.lower_move", "is_move", "lower_move", False, True),
 }
 ANCHOR_ORDER = ("reduce", "scan", "pool", "move")
 _MODULES: dict[str, ModuleType | None] = {}
