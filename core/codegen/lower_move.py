@@ -23,7 +23,8 @@ transpose of a slice. Tree steps, each with the `shape` of its result:
 
 The kernel: each thread takes ITEMS output elements BLOCK apart (coalesced stores), unravels the
 flat index over the output shape (literal sizes: divisions become multiplies) and walks the tree
-back to one element of an operand or a pad value. Reads follow the tree: contiguous for slices,
+back to one element of an operand or a pad value. Elementwise ops on the result that the partitioner
+adds as an epilogue run on that value before the stores (store()). Reads follow the tree: contiguous for slices,
 pads and cats, strided for transposes. Values are copied as stored, so every dtype moves exactly.
 
 A copy that is only a transpose (a permute of one operand whose innermost dim moves) has a second
