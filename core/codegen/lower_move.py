@@ -1,6 +1,7 @@
 """The data-movement family: cat, slicing (slice, select, and split / chunk / unbind through them),
-constant padding, permute / transpose copies, flips that no scan takes, index_select: one gather
-kernel for a whole chain of them.
+constant / replicate / reflect padding, permute / transpose copies, flips that no scan takes,
+index_select (torch.roll, x[:, i]), nearest upsampling and arange: one gather kernel for a whole
+chain of them.
 
 partition.canonicalize rewrites each such op into a `ca_move.default` node (to_move). Its attrs
 hold a *tree*, plain data, that maps the node's output back to its tensor operands. When an
