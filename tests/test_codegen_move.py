@@ -255,3 +255,30 @@ def test_moves_compile_for_sm80_and_sm90(tmp_path_factory):
     with ThreadPoolExecutor(2) as pool:
         for (name, schedule, arch), result in pool.map(build, jobs):
             assert result.ok, f"{name} {schedule} {arch}:\n{result.error_summary()}"
+
+
+# ---- products with a diagonal matrix (partition._diagonal_product) ---------------------------------
+
+DIAGONAL = {
+    # KernelBench level 1's "Matmul with diagonal matrices": diag(A) @ B, and B @ diag(A) in fp16.
+    "diag_left": _source("A, B):\n        return torch.diag(A) @ B", "[torch.randn(33), torch.randn(33, 20)]"),
+    "diag_right_fp16": _source("A, B):\n        return B @ torch.diag(A)",
+                               "[torch.randn(17).half(), torch.randn(9, 17).half()]"),
+}
+
+
+def test_a_product_with_a_diagonal_matrix_is_a_broadcast_multiply():
+    from tests.test_codegen_fuzz import FuzzCase, run_fuzz
+
+    for name, source in DIAGONAL.items():
+        gen = generate(load_task_from_source(source, name))
+        assert [g.family for g in gen.groups] == ["pointwise"], gen.family     # no n x n matrix, no matmul
+    # The whole program against the Model, in the fuzz's emulation (several schedules).
+    with tempfile.TemporaryDirectory() as tmp:
+        outcomes = run_fuzz([FuzzCase(n, "move", s) for n, s in DIAGONAL.items()], 0, Path(tmp))
+    assert len(outcomes) == 2 and all(not o.failures and not o.skipped for o in outcomes), \
+        [o.failures for o in outcomes]
+    # A lower-triangular matrix is not diagonal: its product stays a matmul, which is refused.
+    tril = _source("A, B):\n        return torch.tril(A) @ B", "[torch.randn(8, 8), torch.randn(8, 3)]")
+    with pytest.raises(CodegenError, match="mm.default"):
+        generate(load_task_from_source(tril, "tril_mm"))

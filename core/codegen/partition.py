@@ -50,6 +50,8 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable
 
+import torch
+
 from core.codegen.errors import CodegenError
 from core.codegen.graph import Graph, GraphInput, Node, Ref
 from core.codegen.lower_move import ARANGES, MOVE, MOVE_OPS, arange_to_move, tensor_operands, to_move
@@ -380,6 +382,8 @@ def canonicalize(graph: Graph, rows: bool = False) -> Graph:
                 not (n.op == "permute.default" and is_view(n, b.view)) and \
                 (moved := _as_move(n, b, readers, graph.outputs)) is not None:
             b.nodes.append(moved)
+        elif n.op == "mm.default" and _diagonal_product(b, n):
+            pass
         elif n.base in SOFTMAXES and n.dtype in _COMPUTE and \
                 (n.name in feeding or not is_rowreduce(n, b.view) or (rows and _rows_take(n, b.view))):
             _split_softmax(b, n)
@@ -460,9 +464,42 @@ def _as_move(n: Node, b: _Builder, readers: dict[str, int], outputs: list[str]) 
     return to_move(n, values, foldable, table)
 
 
-def _constant_tensor(name: str, values: dict[str, Any], graph: Graph) -> Any:
+def _diagonal_product(b: _Builder, n: Node) -> bool:
+    """mm(D, B) or mm(B, D) where D = where(I, x, 0) is a diagonal matrix (torch.diag(v) decomposes
+    so: I the identity, a constant; x the vector broadcast along one axis): the product is x times B,
+    broadcast (x[:, None] * B, or B * x[None, :]). One elementwise pass instead of an n x n matrix
+    and a matmul."""
+    values: dict[str, Any] = {v.name: v for v in b.graph.inputs}
+    values.update({m.name: m for m in b.nodes})
+    ops = [o for o in n.operands if isinstance(o, Ref)]
+    if len(ops) != 2:
+        return False
+    for side, (d_ref, other) in enumerate([(ops[0], ops[1]), (ops[1], ops[0])]):
+        d = values.get(d_ref.name)
+        if not isinstance(d, Node) or d.op != "where.self" or len(d.shape) != 2 or d.shape[0] != d.shape[1]:
+            continue
+        cond, x, zero = d.operands[:3]
+        size = d.shape[0]
+        if not (isinstance(cond, Ref) and isinstance(x, Ref)) or math.prod(values[x.name].shape) != size:
+            continue
+        if not (zero == 0 or (isinstance(zero, Ref) and _constant_value(zero, b) == 0)):
+            continue
+        mask = _constant_tensor(cond.name, values, b.graph, limit=1 << 26)
+        if mask is None or tuple(mask.shape) != (size, size) or \
+                not bool((mask.bool() == torch.eye(size, dtype=torch.bool)).all()):
+            continue
+        if values[x.name].dtype != n.dtype or values[other.name].dtype != n.dtype:
+            continue
+        shape = (size, 1) if side == 0 else (1, size)
+        vec = b.add(b.fresh(f"{n.name}_diagonal"), "view.default", [x], {"size": list(shape)}, shape, n.dtype)
+        b.add(n.name, "mul.Tensor", [vec, other] if side == 0 else [other, vec], {}, n.shape, n.dtype)
+        return True
+    return False
+
+
+def _constant_tensor(name: str, values: dict[str, Any], graph: Graph, limit: int = 1 << 16) -> Any:
     """The value of a node that reads no graph input (torch.roll's arange + shift, mod n), computed
-    now on the CPU; None when it reads one, or is large (a table of more than 2^16 entries)."""
+    now on the CPU; None when it reads one, or has more than `limit` elements."""
     from core.codegen.interpret import interpret
 
     order: list[Node] = []
@@ -485,7 +522,7 @@ def _constant_tensor(name: str, values: dict[str, Any], graph: Graph) -> Any:
         order.append(node)
         return True
 
-    if not visit(name) or math.prod(values[name].shape) > 1 << 16:
+    if not visit(name) or math.prod(values[name].shape) > limit:
         return None
     try:
         return interpret(Graph(graph.task, [], order, [name], dict(graph.constants)), {})[0]
