@@ -611,7 +611,6 @@ class _Emitter:
             name = f"{self.kernel}_table{len(self.tables)}"
             self.tables.append(f"__device__ const int {name}[{len(t['table'])}] = {{"
                                f"{', '.join(str(int(v)) for v in t['table'])}}};")
-            t = {**t, "k": None}
             j[d] = self.temp(lines, pad, f"({self.idx_t}){name}[{idx[d]}]")
             lines.append(f"{pad}if ({j[d]} >= 0 && {j[d]} < {size}) {{")
             lines += self.gen(t["child"], j, pad + "    ")
