@@ -44,8 +44,8 @@ from typing import Any
 from core.codegen.cuda_emit import COMPUTE_CTYPE, PRELUDE, STORAGE_CTYPE, literal, load_expr, store_expr
 from core.codegen.errors import CodegenError
 from core.codegen.graph import Graph, Node, Ref
-from core.codegen.lower_pointwise import Lowering, _node_expr, assign_node
-from core.codegen.pointwise_ops import LoweringError, is_pointwise
+from core.codegen.lower_pointwise import Lowering, emit_epilogue_chain
+from core.codegen.pointwise_ops import is_pointwise
 from core.codegen.schedule import Knob, ScheduleSpec
 
 MOVE = "ca_move.default"
@@ -438,27 +438,6 @@ def _epilogue(graph: Graph, move: Node, n: int) -> _Epilogue:
     return epi
 
 
-def _broadcast_offset(shape_in: tuple[int, ...], shape: tuple[int, ...], e: str) -> str:
-    """C offset into a contiguous tensor of shape `shape_in` of the element that broadcasts to
-    flat index `e` of `shape`."""
-    aligned = (1,) * (len(shape) - len(shape_in)) + tuple(shape_in)
-    if aligned == tuple(shape):
-        return e
-    if math.prod(shape_in) == 1:
-        return "0"
-    terms = []
-    for d, size in enumerate(shape):
-        if aligned[d] == 1 or size == 1:
-            continue
-        inner = math.prod(shape[d + 1:])
-        coord = e if inner == 1 else f"({e} / {inner})"
-        if d > 0:
-            coord = f"({coord} % {size})"
-        stride = math.prod(aligned[d + 1:])
-        terms.append(coord if stride == 1 else f"{coord} * {stride}")
-    return " + ".join(terms)
-
-
 def _emit_epilogue(graph: Graph, move: Node, epi: _Epilogue, idx_t: str) -> str:
     """store(v, e, inputs..., outputs...): the epilogue on the moved value v (as stored) at flat
     index e, and every group output stored."""
@@ -473,30 +452,8 @@ def _emit_epilogue(graph: Graph, move: Node, epi: _Epilogue, idx_t: str) -> str:
     var: dict[str, tuple[str, str]] = {move.name: ("mv", ct)}
     if epi.nodes:
         lines.append(f"    const {ct} mv = {load_expr(move.dtype, 'v')};")
-    ptr = {v.name: f"x{k}" for k, v in enumerate(epi.extra)}
-    loads = 0
-    for i, m in enumerate(epi.nodes):
-        for o in m.operands:
-            if not isinstance(o, Ref):
-                continue
-            if o.name in epi.alias:
-                var[o.name] = var[epi.alias[o.name]]
-                continue
-            source, shape = epi.reads[o.name]
-            v = values[source]
-            at = f"{ptr[source]}[{_broadcast_offset(shape, tuple(m.shape), 'e')}]"
-            lines.append(f"    const {COMPUTE_CTYPE[v.dtype]} a{loads} = {load_expr(v.dtype, at)};")
-            var[o.name] = (f"a{loads}", COMPUTE_CTYPE[v.dtype])
-            loads += 1
-        mct = COMPUTE_CTYPE[m.dtype]
-        try:
-            expr = _node_expr(m, mct, var, values)
-        except LoweringError as exc:
-            raise CodegenError(f"Task '{graph.task}': the data-movement family cannot lower the epilogue op "
-                               f"'{m.op}' (node '{m.name}'): {exc} is not supported.",
-                               task=graph.task, ops=[m.op]) from exc
-        lines += assign_node(m, mct, f"t{i}", expr, "    ")
-        var[m.name] = (f"t{i}", mct)
+    lines += emit_epilogue_chain(graph, epi.nodes, var, epi.alias, epi.reads,
+                                 {v.name: f"x{k}" for k, v in enumerate(epi.extra)}, "data-movement", temp="t")
     for k, o in enumerate(graph.outputs):
         source = epi.alias[o]
         if source == move.name:
@@ -547,6 +504,13 @@ class _Emitter:
         lines.append(f"{pad}const {self.idx_t} {name} = {expr};")
         return name
 
+    def guarded(self, conds: list[str], child: Tree, idx: list[str], pad: str, fill: str) -> list[str]:
+        """The child's element where every condition holds, else `fill`."""
+        if not conds:
+            return self.gen(child, idx, pad)
+        return [f"{pad}if ({' && '.join(conds)}) {{", *self.gen(child, idx, pad + "    "),
+                f"{pad}}} else {{", f"{pad}    v = {fill};", f"{pad}}}"]
+
     def gen(self, t: Tree, idx: list[str], pad: str) -> list[str]:
         """Statements that set `v` to the tree's element at `idx` (one index expression per dim)."""
         op, lines = t["op"], []
@@ -590,45 +554,26 @@ class _Emitter:
                     continue
                 j[d] = self.temp(lines, pad, f"({idx[d]}) - ({b})" if b else idx[d])
                 conds.append(f"{j[d]} >= 0 && {j[d]} < {size[d]}")
-            fill = _fill(t["value"], self.dtype)
-            if not conds:
-                return lines + self.gen(t["child"], j, pad)
-            lines.append(f"{pad}if ({' && '.join(conds)}) {{")
-            lines += self.gen(t["child"], j, pad + "    ")
-            lines.append(f"{pad}}} else {{")
-            lines.append(f"{pad}    v = {fill};")
-            lines.append(f"{pad}}}")
-            return lines
-        if op == "index" and "table" in t:
+            return lines + self.guarded(conds, t["child"], j, pad, _fill(t["value"], self.dtype))
+        if op == "index":
             d, size = t["dim"], t["child"]["shape"][t["dim"]]
             j = list(idx)
-            shift = _rotation(t["table"]) if len(t["table"]) == size else None
+            shift = _rotation(t["table"]) if "table" in t and len(t["table"]) == size else None
             if shift is not None:           # torch.roll: (i + shift) mod size, no table
                 j[d] = self.temp(lines, pad, f"({idx[d]}) + {shift}")
                 lines.append(f"{pad}const {self.idx_t} w{self.count} = {j[d]} >= {size} ? {j[d]} - {size} : {j[d]};")
                 j[d] = f"w{self.count}"
                 return lines + self.gen(t["child"], j, pad)
-            name = f"{self.kernel}_table{len(self.tables)}"
-            self.tables.append(f"__device__ const int {name}[{len(t['table'])}] = {{"
-                               f"{', '.join(str(int(v)) for v in t['table'])}}};")
-            j[d] = self.temp(lines, pad, f"({self.idx_t}){name}[{idx[d]}]")
-            lines.append(f"{pad}if ({j[d]} >= 0 && {j[d]} < {size}) {{")
-            lines += self.gen(t["child"], j, pad + "    ")
-            lines.append(f"{pad}}} else {{")
-            lines.append(f"{pad}    v = {store_expr(self.dtype, literal(0, COMPUTE_CTYPE[self.dtype]))};")
-            lines.append(f"{pad}}}")
-            return lines
-        if op == "index":
-            d = t["dim"]
-            size = t["child"]["shape"][d]
-            j = list(idx)
-            j[d] = self.temp(lines, pad, f"({self.idx_t})in{t['k']}[{idx[d]}]")
-            lines.append(f"{pad}if ({j[d]} >= 0 && {j[d]} < {size}) {{")
-            lines += self.gen(t["child"], j, pad + "    ")
-            lines.append(f"{pad}}} else {{")     # an index out of range (PyTorch raises): no wild read
-            lines.append(f"{pad}    v = {store_expr(self.dtype, literal(0, COMPUTE_CTYPE[self.dtype]))};")
-            lines.append(f"{pad}}}")
-            return lines
+            if "table" in t:                # an index known when lowering: a table in the source
+                source = f"{self.kernel}_table{len(self.tables)}"
+                self.tables.append(f"__device__ const int {source}[{len(t['table'])}] = {{"
+                                   f"{', '.join(str(int(v)) for v in t['table'])}}};")
+            else:
+                source = f"in{t['k']}"
+            j[d] = self.temp(lines, pad, f"({self.idx_t}){source}[{idx[d]}]")
+            # An index out of range (PyTorch raises there) gives 0, not a read outside the tensor.
+            return lines + self.guarded([f"{j[d]} >= 0 && {j[d]} < {size}"], t["child"], j, pad,
+                                        _fill(0, self.dtype))
         if op == "cat":
             d, parts = t["dim"], t["parts"]
             for p_i, part in enumerate(parts):

@@ -589,3 +589,63 @@ def _emit_kernel(graph: Graph, kernel: str, accesses: list[_Access], out_cnames:
     lines += [f"    {run('unsigned long long', big and not divides, [f'(unsigned long long)a_{s}' for s in sizes])}",
               "}", ""]
     return "\n".join(lines)
+
+
+# ---- an anchor's elementwise epilogue (the pool and move families) ---------------------------------
+
+def broadcast_offset(shape_in: tuple[int, ...], shape: tuple[int, ...]) -> str:
+    """C offset into a contiguous tensor of shape `shape_in` of the element that broadcasts to
+    flat index `e` of `shape`."""
+    aligned = (1,) * (len(shape) - len(shape_in)) + tuple(shape_in)
+    if aligned == shape:
+        return "e"
+    if math.prod(shape_in) == 1:
+        return "0"
+    terms = []
+    for d, size in enumerate(shape):
+        if aligned[d] == 1 or size == 1:
+            continue
+        inner = math.prod(shape[d + 1:])
+        coord = "e" if inner == 1 else f"(e / {inner}LL)"
+        if d > 0:
+            coord = f"({coord} % {size}LL)"
+        stride = math.prod(aligned[d + 1:])
+        terms.append(coord if stride == 1 else f"{coord} * {stride}LL")
+    return " + ".join(terms)
+
+
+def emit_epilogue_chain(graph: Graph, nodes: list[Node], var: dict[str, tuple[str, str]], alias: dict[str, str],
+                        reads: dict[str, tuple[str, tuple[int, ...]]], pointers: dict[str, str], family: str,
+                        temp: str = "v") -> list[str]:
+    """C statements computing an anchor's elementwise epilogue at flat output index `e`. `var` holds
+    the anchor's results and gains each node's variable (`temp`<i>); `alias` maps the values that
+    are (views of) the anchor's results or epilogue nodes to them; any other operand is a group
+    input read broadcast, `reads` -> (input, shape read as), through its pointer in `pointers`."""
+    values = {v.name: v for v in graph.inputs}
+    values.update({n.name: n for n in graph.nodes})
+    lines: list[str] = []
+    loads = 0
+    for i, node in enumerate(nodes):
+        for op in node.operands:
+            if not isinstance(op, Ref):
+                continue
+            if op.name in alias:
+                var[op.name] = var[alias[op.name]]   # a view of an earlier value
+                continue
+            source, shape = reads[op.name]
+            v = values[source]
+            ptr = f"{pointers[source]}[{broadcast_offset(shape, tuple(node.shape))}]"
+            lines.append(f"    const {COMPUTE_CTYPE[v.dtype]} a{loads} = {load_expr(v.dtype, ptr)};")
+            var[op.name] = (f"a{loads}", COMPUTE_CTYPE[v.dtype])
+            loads += 1
+        ct = COMPUTE_CTYPE[node.dtype]
+        try:
+            expr = _node_expr(node, ct, var, values)
+        except LoweringError as exc:
+            raise CodegenError(f"Task '{graph.task}': the {family} family cannot lower the epilogue op "
+                               f"'{node.op}' (node '{node.name}'): {exc} is not supported.",
+                               task=graph.task, ops=[node.op]) from exc
+        lines += assign_node(node, ct, f"{temp}{i}", expr, "    ")
+        var[node.name] = (f"{temp}{i}", ct)
+    return lines
+

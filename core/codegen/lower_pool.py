@@ -45,8 +45,8 @@ from core.codegen.cuda_emit import COMPUTE_CTYPE, ITEMSIZE, PRELUDE, STORAGE_CTY
     round_to_storage, store_expr
 from core.codegen.errors import CodegenError
 from core.codegen.graph import Graph, GraphInput, Node, Ref
-from core.codegen.lower_pointwise import Lowering, _node_expr, assign_node
-from core.codegen.pointwise_ops import LoweringError, is_pointwise
+from core.codegen.lower_pointwise import Lowering, emit_epilogue_chain
+from core.codegen.pointwise_ops import is_pointwise
 from core.codegen.schedule import Knob, ScheduleSpec
 
 # op -> (kind, pooled dims)
@@ -296,27 +296,6 @@ def _check_broadcast(graph: Graph, g: GraphInput, shape: tuple[int, ...], n: Nod
                            f"does not broadcast to {list(out)}", [n.op])
     if g.dtype not in STORAGE_CTYPE:
         raise _fail(graph, f"'{g.name}' has dtype {g.dtype}", [n.op])
-
-
-def _broadcast_offset(shape_in: tuple[int, ...], shape: tuple[int, ...]) -> str:
-    """C offset into a contiguous tensor of shape `shape_in` of the element that broadcasts to
-    flat index `e` of `shape`."""
-    aligned = (1,) * (len(shape) - len(shape_in)) + tuple(shape_in)
-    if aligned == shape:
-        return "e"
-    if math.prod(shape_in) == 1:
-        return "0"
-    terms = []
-    for d, size in enumerate(shape):
-        if aligned[d] == 1 or size == 1:
-            continue
-        inner = math.prod(shape[d + 1:])
-        coord = "e" if inner == 1 else f"(e / {inner}LL)"
-        if d > 0:
-            coord = f"({coord} % {size}LL)"
-        stride = math.prod(aligned[d + 1:])
-        terms.append(coord if stride == 1 else f"{coord} * {stride}LL")
-    return " + ".join(terms)
 
 
 # ---- schedule -----------------------------------------------------------------------------------
@@ -795,31 +774,8 @@ def _emit_epilogue(graph: Graph, g: _Group, extra_c: list[str], out_c: list[str]
             var[name] = ("pv", acc_t)
         elif role == "index":
             var[name] = ("pi", "long long")
-    extra_c_of = {v.name: c for v, c in zip(g.extra, extra_c)}
-    inputs = {v.name: v for v in graph.inputs}
-    loads = 0
-    for i, node in enumerate(g.epilogue):
-        for op in node.operands:
-            if not isinstance(op, Ref):
-                continue
-            if op.name in g.role:
-                var[op.name] = var[g.alias[op.name]]   # a view of an earlier value
-                continue
-            source, shape = g.reads[op.name]
-            v = inputs[source]
-            ptr = f"{extra_c_of[source]}[{_broadcast_offset(shape, tuple(node.shape))}]"
-            lines.append(f"    const {COMPUTE_CTYPE[v.dtype]} a{loads} = {load_expr(v.dtype, ptr)};")
-            var[op.name] = (f"a{loads}", COMPUTE_CTYPE[v.dtype])
-            loads += 1
-        ct = COMPUTE_CTYPE[node.dtype]
-        try:
-            expr = _node_expr(node, ct, var, values)
-        except LoweringError as exc:
-            raise CodegenError(f"Task '{graph.task}': the pooling family cannot lower the epilogue op "
-                               f"'{node.op}' (node '{node.name}'): {exc} is not supported.",
-                               task=graph.task, ops=[node.op]) from exc
-        lines += assign_node(node, ct, f"v{i}", expr, "    ")
-        var[node.name] = (f"v{i}", ct)
+    lines += emit_epilogue_chain(graph, g.epilogue, var, g.alias, g.reads,
+                                 {v.name: c for v, c in zip(g.extra, extra_c)}, "pooling")
     for o, c in zip(graph.outputs, out_c):
         cvar = var[g.alias[o]][0]
         lines.append(f"    {c}[e] = {store_expr(values[o].dtype, cvar)};")

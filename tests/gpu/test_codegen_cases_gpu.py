@@ -13,8 +13,8 @@ import random
 import pytest
 
 from core.codegen import generate
-from core.evaluation import Evaluator, Status
 from core.tasks import load_task_from_source
+from tests.gpu.codegen_check import failures_at
 from tests.test_codegen_cases import HEADER, SYNTHETIC
 from tests.test_codegen_move import CASES as MOVES
 
@@ -55,10 +55,5 @@ def test_synthetic_case_is_correct_on_the_gpu(name):
     task = load_task_from_source(SOURCES[name], name)
     gen = generate(task)
     schedules = [gen.spec.default()] + gen.spec.sample(random.Random(name), SAMPLED)
-    failures = []
-    with Evaluator(task) as ev:
-        for schedule in schedules:
-            result = ev.evaluate(gen.program.with_schedule(schedule), with_baselines=False)
-            if result.status is not Status.MEASURED:
-                failures.append(f"{schedule}: {result.status.value}: {result.reason}")
+    failures = failures_at(task, gen, schedules)
     assert not failures, "\n".join(failures)

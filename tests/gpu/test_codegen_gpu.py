@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from core.codegen import CodegenError, generate
-from core.evaluation import Evaluator, Status
 from core.tasks import scan_suite
+from tests.gpu.codegen_check import failures_at
 
 pytestmark = pytest.mark.gpu
 
@@ -33,10 +33,5 @@ CASES = _generated()
 @pytest.mark.parametrize("task,gen", CASES, ids=[t.name for t, _ in CASES])
 def test_generated_program_is_correct_at_default_and_sampled_schedules(task, gen):
     schedules = [gen.spec.default()] + gen.spec.sample(random.Random(task.name), SAMPLED)
-    failures = []
-    with Evaluator(task) as ev:
-        for schedule in schedules:
-            result = ev.evaluate(gen.program.with_schedule(schedule), with_baselines=False)
-            if result.status is not Status.MEASURED:
-                failures.append(f"{schedule}: {result.status.value}: {result.reason}")
+    failures = failures_at(task, gen, schedules)
     assert not failures, "\n".join(failures)
