@@ -35,6 +35,7 @@ def main() -> int:
     ap.add_argument("--eval-budget", type=int, default=100)
     ap.add_argument("--random-starts", type=float, default=0.0)
     ap.add_argument("--target-bonus", type=float, default=0.0)
+    ap.add_argument("--no-memory", action="store_true", help="train without the memory (core/search/memory.py)")
     ap.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE", help="PPOConfig fields for training")
     ap.add_argument("--weights", help="start training from these weights instead of fresh ones")
     ap.add_argument("--cache", help="trials of random, blind and ppo-untrained (read and written)")
@@ -62,7 +63,8 @@ def main() -> int:
               else PPOPolicy(STATE_SIZE, ACTION_SIZE, seed=args.seed, config=config))
     t0 = time.monotonic()
     policy, report = train(training, rounds=args.rounds, budget=args.budget, seed=args.seed, policy=policy,
-                           random_starts=args.random_starts, target_bonus=args.target_bonus)
+                           random_starts=args.random_starts, target_bonus=args.target_bonus,
+                           memory=not args.no_memory)
     train_s = time.monotonic() - t0
     medians = report.round_medians(args.budget)
     print(f"trained in {train_s:.0f} s, {report.updates} updates; per-round medians: "

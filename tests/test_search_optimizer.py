@@ -508,3 +508,62 @@ def test_the_first_episode_can_start_from_another_schedule(task, record, tmp_pat
     assert evaluated[1].parent_id == evaluated[0].id
     assert opt.space.default() == search_program().schedule != start
     project.close()
+
+
+class JumpPolicy(MovePolicy):
+    """A policy with a memory (fixed votes) that jumps whenever it may, else composes random moves."""
+
+    name = "jumps"
+
+    def __init__(self, votes):
+        super().__init__()
+        self._votes = votes
+        self.states: list = []
+
+    def votes(self, task, space):
+        return self._votes
+
+    def propose(self, state, mask, rng):
+        self.masks.append(list(mask))
+        self.states.append(state)
+        return len(mask) - 1 if mask[-1] else self.rng.choice([i for i, ok in enumerate(mask) if ok])
+
+
+def test_a_policy_with_a_memory_can_jump_to_the_schedules_it_ranks_highest(task, record, tmp_path):
+    from core.search.features import ACTION_SIZE
+    from core.search.memory import ranked_schedules
+
+    opt, project, pool, events = make(task, record, tmp_path, budget=Budget(evaluations=100))
+    space = opt.space
+    votes = {("BLOCK", b): w for b, w in zip((512, 256, 1024, 128, 64, 2048), (0.5, 0.2, 0.1, 0.1, 0.1, 0.0))}
+    votes |= {("UNROLL", u): w for u, w in zip((4, 2, 8, 1), (0.7, 0.1, 0.1, 0.1))}
+    policy = opt.policy = JumpPolicy(votes)
+    summary = opt.run()
+    legal = list(space.enumerate())
+    assert summary.reason == "exhausted" and summary.evaluations == len(legal) == pool.calls
+    n_actions = len(space.actions)
+    assert all(len(m) == n_actions + 2 for m in policy.masks)     # the edits, "evaluate now", the jump
+    assert all(len(s.actions) == n_actions + 2 and {len(a) for a in s.actions} == {ACTION_SIZE}
+               for s in policy.states)
+    # every evaluation after the start was a jump, down the memory's ranking of legal schedules
+    order = [dict(r.schedule) for r in sorted(project.candidates(), key=lambda r: r.id)]
+    ranking = [s for s in ranked_schedules(votes, {k.name: k.values for k in space.knobs}, space.default())
+               if space.legal(s) and s != order[0]]
+    assert order[1:] == ranking
+    assert order[1] == {"BLOCK": 512, "UNROLL": 4}
+    assert all(r.origin.startswith("jumps:memory: ") for r in project.candidates() if r.parent_id is not None)
+    project.close()
+
+
+def test_a_jump_is_never_offered_inside_a_move(task, record, tmp_path):
+    opt, project, _, _ = make(task, record, tmp_path, budget=Budget(evaluations=12))
+    votes = {("BLOCK", b): 1 / 6 for b in (512, 256, 1024, 128, 64, 2048)}
+    policy = opt.policy = MovePolicy()
+    policy.votes = lambda task, space: votes
+    opt.run()
+    jump = len(opt.space.actions) + 1
+    composing = [t for t in policy.transitions if not t.evaluated]
+    assert composing and all(t.action < len(opt.space.actions) for t in composing)
+    # after an edit of a move the jump is masked; masks at a move's start may offer it
+    assert any(m[jump] for m in policy.masks)
+    project.close()

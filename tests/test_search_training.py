@@ -91,6 +91,10 @@ def test_the_train_command_logs_progress_and_writes_loadable_weights(record, tmp
     assert "round 1 of 2 done" in out and "round 2 of 2 done" in out and f"weights written to {weights}" in out
     policy = make_policy("ppo", weights=weights)
     assert policy.meta["trained_on"] == ["act_gelu"] and policy.meta["held_out"] == []
+    assert policy.memory.tasks == ["act_gelu"]          # the weights remember what they were trained on
+    assert main(["train", str(record), "--out", str(weights), "--rounds", "1", "--budget", "4", "--hold-out", "0",
+                 "--no-memory"]) == 0
+    assert len(make_policy("ppo", weights=weights).memory) == 0
 
 
 def test_the_target_bonus_pays_once_per_episode_and_never_past_the_start():

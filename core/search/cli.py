@@ -275,7 +275,7 @@ def cmd_bench_search(args: argparse.Namespace) -> int:
 
     from core.project import ProjectError
 
-    from .benchmark import compare, markdown
+    from .benchmark import BLIND, compare, markdown
 
     missing = [r for r in args.records if not Path(r).is_file()]
     if missing:
@@ -284,7 +284,7 @@ def cmd_bench_search(args: argparse.Namespace) -> int:
         return _fail(f"[red]no such weights file:[/red] {args.weights}")
     if args.seeds < 1 or args.budget < 1:
         return _fail("[red]--seeds and --budget must be at least 1[/red]")
-    policies = list(dict.fromkeys(["random", *args.policies]))
+    policies = list(dict.fromkeys(["random", BLIND, *args.policies]))     # what compare() runs, in its order
     total = len(args.records) * len(policies) * args.seeds
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as progress:
@@ -346,6 +346,9 @@ def add_train_parser(sub: Any) -> None:
                         "of the default (default 0)")
     p.add_argument("--target-bonus", type=float, default=0.0, metavar="B",
                    help="reward for reaching 97 %% of the record's best, once per episode (default 0)")
+    p.add_argument("--no-memory", action="store_true",
+                   help="ship no memory of the training records' near-best schedules with the weights (the "
+                        "policy then has no votes and no jump action; docs/search.md, \"Memory\")")
     p.add_argument("--temperature", type=float, default=1.0, metavar="T",
                    help="the temperature written into the weights for their use (PPOConfig.temperature; "
                         "training itself runs at 1; default 1)")
@@ -403,7 +406,8 @@ def cmd_train(args: argparse.Namespace) -> int:
                 console.print(f"round {len(episodes) // len(training)} of {args.rounds} done")
 
         policy, report = train(training, rounds=args.rounds, budget=args.budget, seed=args.seed, progress=step,
-                               random_starts=args.random_starts, target_bonus=args.target_bonus)
+                               random_starts=args.random_starts, target_bonus=args.target_bonus,
+                               memory=not args.no_memory)
     medians = report.round_medians(args.budget)
     console.print(f"median evaluations to 97 % of the best, per round: {' '.join(f'{m:g}' for m in medians)} "
                   f"({report.updates} policy updates)", soft_wrap=True)

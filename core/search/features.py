@@ -11,6 +11,8 @@ knobs. So nothing here is indexed by a knob's position or by a task's name:
   position in the knob's list), the direction and size of the move, whether it returns to the
   default. A policy scores every action from (state, action) with the same weights, so the
   number of actions may differ from task to task.
+- a policy with a memory of the workloads it has seen (core/search/memory.py) adds, to each
+  action, how strongly similar tasks' near-best schedules vote for the new and the current value;
 - a policy that composes several edits into one move (docs/search.md, "Moves") also scores
   **evaluate now**, whose vector is all zeros but its own flag; the state then says how many
   edits the move holds so far.
@@ -139,15 +141,21 @@ def _position(knob: Knob, value: Any) -> float:
 
 
 def action_vector(knob: Knob, value: int, current: int | None, default: int | None, group: int | None,
-                  groups: int) -> list[float]:
+                  groups: int, votes: Mapping[tuple[str, int], float] | None = None) -> list[float]:
+    """`votes`: what the policy's memory says of each (knob, value) on this task (core/search/memory.py);
+    a knob it has no votes for gets zeros and the "voted" flag off."""
     new_pos, cur_pos = _position(knob, value), _position(knob, current)
     move = _log2(value + 1) - _log2((current if current is not None else value) + 1)
+    voted = votes is not None and (knob.name, value) in votes
+    vote_new = votes[(knob.name, value)] if voted else 0.0
+    vote_cur = votes.get((knob.name, current), 0.0) if voted and current is not None else 0.0
     return (_tokens(knob.name)
             + [0.0 if group is None else 1.0, 0.0 if group is None else group / max(groups - 1, 1),
                _log2(value + 1) / 12.0, _log2((current or 0) + 1) / 12.0, new_pos, cur_pos, new_pos - cur_pos,
                max(-1.0, min(1.0, move / 4.0)), 1.0 if value == default else 0.0,
                1.0 if current == default else 0.0, 1.0 if len(knob.values) == 2 else 0.0,
-               _log2(len(knob.values)) / 4.0, 0.0])
+               _log2(len(knob.values)) / 4.0,
+               1.0 if voted else 0.0, vote_new, vote_cur, vote_new - vote_cur, 0.0, 0.0])
 
 
 def evaluate_vector() -> list[float]:
@@ -155,14 +163,33 @@ def evaluate_vector() -> list[float]:
     return [0.0] * (ACTION_SIZE - 1) + [1.0]
 
 
-def action_features(space: ScheduleSpace, schedule: Mapping[str, int], evaluate: bool = False) -> list[list[float]]:
+def jump_vector(space: ScheduleSpace, schedule: Mapping[str, int], target: Mapping[str, int],
+                votes: Mapping[tuple[str, int], float], depth: int) -> list[float]:
+    """The "jump" action (a policy with a memory; docs/search.md, "Memory"): evaluate `target`, the
+    schedule the memory ranks highest among those not known yet, `depth` places down its ranking.
+    Its vector: the fraction of knobs it changes, the memory's score (core/search/memory.py,
+    vote_score, scaled) of the target and of the current schedule and their difference, and its flag."""
+    from .memory import VOTE_FLOOR, vote_score
+
+    scale = -math.log(VOTE_FLOOR)          # vote_score's range is [log(VOTE_FLOOR), log(1 + VOTE_FLOOR)]
+    new, current = vote_score(votes, target) / scale, vote_score(votes, schedule) / scale
+    changed = sum(target.get(k.name) != schedule.get(k.name) for k in space.knobs) / max(len(space.knobs), 1)
+    out = [0.0] * ACTION_SIZE
+    out[TOKEN_BUCKETS + 7] = changed                      # where an edit has its move's size
+    out[-7] = min(depth, 64) / 64.0                        # where an edit has the knob's value count
+    out[-6:-1] = [1.0, new, current, new - current, 1.0]  # voted, the scores, their difference, "jump"
+    return out
+
+
+def action_features(space: ScheduleSpace, schedule: Mapping[str, int], evaluate: bool = False,
+                    votes: Mapping[tuple[str, int], float] | None = None) -> list[list[float]]:
     """One vector per entry of space.actions, for the edit from `schedule`; with `evaluate`, the
-    "evaluate now" action's vector after them."""
+    "evaluate now" action's vector after them; `votes` from the policy's memory, if it has one."""
     default = space.default()
     groups = len({knob_parts(k.name)[0] for k in space.knobs})
     knobs = {k.name: k for k in space.knobs}
     vectors = [action_vector(knobs[a.knob], a.value, schedule.get(a.knob), default.get(a.knob),
-                             knob_parts(a.knob)[0], groups) for a in space.actions]
+                             knob_parts(a.knob)[0], groups, votes) for a in space.actions]
     return vectors + [evaluate_vector()] if evaluate else vectors
 
 

@@ -19,13 +19,14 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from core.project import CandidateRecord
 
 from .events import (BestConfirmed, CandidateEvaluated, CandidateProposed, Finished, Forked, NewBest, Paused, PolicyUpdated,
                      Resumed, RunError, RunStarted)
-from .features import action_features, state_vector
+from .features import ACTION_SIZE, action_features, jump_vector, state_vector
+from .memory import ranked_schedules
 from .policies.base import Policy, SearchState, Transition
 from .replay import NOT_RECORDED
 from .reward import RewardConfig, RewardTracker
@@ -121,6 +122,11 @@ class Optimizer:
         self._legal_hashes: list[str] | None = None    # every legal schedule's hash, small spaces only
         self._eager_ms: float | None = None
         self._compile_ms: float | None = None
+        self._votes: dict | None = None       # the policy's memory of similar tasks (after any checkpoint loads)
+        self._votes_asked = False
+        self._jump_ranking: list[dict[str, int]] = []     # legal schedules in the memory's order, so far
+        self._jump_source: Iterator[dict[str, int]] | None = None
+        self._jump_known = 0          # the ranking's first entries that have a verdict for good (skipped)
 
     # ---- control -------------------------------------------------------------------------------
 
@@ -363,8 +369,44 @@ class Optimizer:
                median: float | None, edits: int = 0) -> SearchState:
         features = state_vector(self.space, self.task, self.gpu, schedule, status, measurement, self._eager_ms,
                                 step, self.episode_length, edits)
-        return SearchState(dict(schedule), features, step, status, median,
-                           action_features(self.space, schedule, evaluate=self.policy.max_edits > 1))
+        if not self._votes_asked:
+            votes = getattr(self.policy, "votes", None)      # plug-in policies need not have a memory
+            self._votes, self._votes_asked = (votes(self.task, self.space) if votes else None), True
+        actions = action_features(self.space, schedule, evaluate=self.policy.max_edits > 1, votes=self._votes)
+        if self._votes:
+            jump = self._jump(schedule)
+            actions.append(jump_vector(self.space, schedule, jump[0], self._votes, jump[1]) if jump
+                           else [0.0] * ACTION_SIZE)
+        return SearchState(dict(schedule), features, step, status, median, actions)
+
+    def _jump_index(self) -> int | None:
+        """The "jump" action's index (after the edits and "evaluate now"), for a policy with votes."""
+        if not self._votes:
+            return None
+        return len(self.space.actions) + (1 if self.policy.max_edits > 1 else 0)
+
+    def _jump(self, schedule: dict[str, int]) -> tuple[dict[str, int], int] | None:
+        """(the new legal schedule the memory ranks highest, its place in that ranking), or None when
+        the ranking has nothing new left (it is cut at memory.ranked_schedules' limit)."""
+        if self._jump_source is None:
+            self._jump_source = ranked_schedules(self._votes or {}, {k.name: k.values for k in self.space.knobs},
+                                                 self.space.default())
+        index = self._jump_known
+        while True:
+            if index == len(self._jump_ranking):
+                nxt = next(self._jump_source, None)
+                if nxt is None:
+                    return None
+                if not self.space.legal(nxt):
+                    continue
+                self._jump_ranking.append(nxt)
+            target = self._jump_ranking[index]
+            if target != schedule and self._is_new(target):
+                return target, index
+            h = self._hash(target)
+            if index == self._jump_known and (h in self._by_hash or h in self._unanswered):
+                self._jump_known += 1     # predictions' assumptions are not for good; verdicts are
+            index += 1
 
     def _propose(self, state: SearchState, mask: list[bool]) -> int:
         action = self.policy.propose(state, mask, self.rng)
@@ -384,11 +426,15 @@ class Optimizer:
         def choose(state: SearchState, mask: list[bool]) -> int:
             return self.policy.preview(state, mask, preview) if preview is not None else self._propose(state, mask)
 
+        jump_index = self._jump_index()
+        jump = self._jump(schedule) if jump_index is not None else None
         if self.policy.max_edits <= 1:
-            mask = self._proposable(schedule)
+            mask = self._proposable(schedule) + ([jump is not None] if jump_index is not None else [])
             if not any(mask):
                 return None
             action = choose(state, mask)
+            if action == jump_index:
+                return jump[0], [], state, action
             return self.space.apply(schedule, action), [action], state, action
         evaluate_now = len(self.space.actions)
         pending, edits = dict(schedule), []
@@ -396,11 +442,15 @@ class Optimizer:
             full = len(edits) + 1 >= self.policy.max_edits
             mask = self._proposable(pending, frozenset(self.space.actions[i].knob for i in edits), full)
             mask.append(bool(edits) and self._is_new(pending))
+            if jump_index is not None:
+                mask.append(not edits and jump is not None)     # a jump is a whole move by itself
             if not any(mask):
                 return None       # only before the first edit: every edit of a move keeps something new in reach
             action = choose(state, mask)
             if action == evaluate_now:
                 return pending, edits, state, action
+            if action == jump_index:
+                return jump[0], [], state, action
             pending = self.space.apply(pending, action)
             edits.append(action)
             if full:
@@ -485,7 +535,8 @@ class Optimizer:
                 break
             next_schedule, edits, state, action = move
             candidate = self.program.with_schedule(next_schedule)
-            label = " + ".join(self.space.actions[i].label() for i in edits)
+            label = (" + ".join(self.space.actions[i].label() for i in edits) if edits else
+                     "memory: " + ", ".join(f"{k}={v}" for k, v in next_schedule.items() if schedule.get(k) != v))
             if step + 1 < self.episode_length:
                 guess = ("measured", last[1], prev_ms)
                 ahead = lambda: self._predict(next_schedule, step + 1, guess)  # noqa: E731

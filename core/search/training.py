@@ -8,6 +8,9 @@ for a number of rounds (each round visits every training record once, in a shuff
 for a budget of evaluations) and the weights are written with the names of both sets, so
 `cuda-agent bench-search` can report on tasks the policy never saw.
 
+The policy also remembers the training records' near-best schedules (core/search/memory.py,
+shipped with the weights); during training a visit sees the votes of the other records only.
+
 Two training-only options (off by default; docs/search.md, "Training"): `random_starts`, the
 fraction of visits whose first episode starts from a schedule drawn at random from the record's
 measured ones instead of the default, so every record teaches moves from slow schedules too (on
@@ -106,15 +109,20 @@ def recorded_schedules(path: str | Path) -> list[dict[str, int]]:
 
 def train(records: list[RecordInfo], *, rounds: int = 10, budget: int = 40, seed: int = 0, policy: Any = None,
           progress: Callable[[Episode], None] | None = None, random_starts: float = 0.0,
-          target_bonus: float = 0.0) -> tuple[Any, TrainReport]:
+          target_bonus: float = 0.0, memory: bool = True) -> tuple[Any, TrainReport]:
     """Train `policy` (default: a fresh PPO) on the records; returns it and the per-episode report.
     The split is the caller's: pass only training records here. `random_starts` (0..1) of the
     visits start from a random measured schedule of the record; `target_bonus` is paid for reaching
-    97 % of the record's best (both 0: every visit from the default, the run's reward)."""
+    97 % of the record's best (both 0: every visit from the default, the run's reward). With
+    `memory`, the policy remembers the records' near-best schedules (core/search/memory.py); a visit
+    sees the votes of every other training task, never its own, as a new task will."""
     from .features import ACTION_SIZE, STATE_SIZE
+    from .memory import ScheduleMemory
     from .policies.ppo import PPOPolicy
 
     policy = policy or PPOPolicy(STATE_SIZE, ACTION_SIZE, seed=seed)
+    if memory and hasattr(policy, "memory"):
+        policy.memory = ScheduleMemory.from_records(r.path for r in records)
     report = TrainReport(list(records), [])
     rng = random.Random(seed)
     starts = {r.path: recorded_schedules(r.path) for r in records} if random_starts > 0 else {}
@@ -125,6 +133,7 @@ def train(records: list[RecordInfo], *, rounds: int = 10, budget: int = 40, seed
             start = None
             if random_starts > 0 and starts[record.path] and rng.random() < random_starts:
                 start = rng.choice(starts[record.path])
+            policy.memory_exclude = {record.task}
             # Two episodes in a row with nothing new end the visit: the record has no more to teach here.
             trial = search_record(record.path, lambda space: policy, "ppo", rng.randrange(1 << 30), budget, "mask",
                                   max_idle_episodes=2, start=start, target_bonus=target_bonus)
@@ -133,6 +142,7 @@ def train(records: list[RecordInfo], *, rounds: int = 10, budget: int = 40, seed
             report.episodes.append(episode)
             if progress:
                 progress(episode)
+    policy.memory_exclude = set()
     report.updates = getattr(policy, "updates", 0)
     policy.meta = {**policy.meta, "trained_on": sorted({r.task for r in records}), "rounds": rounds,
                    "budget": budget, "seed": seed}

@@ -53,6 +53,12 @@ class Policy:
         override this."""
         return self.propose(state, mask, rng)
 
+    def votes(self, task: Any, space: Any) -> dict[tuple[str, int], float] | None:
+        """What the policy remembers of similar workloads, per (knob, value) of this task's space
+        (core/search/memory.py); None for a policy with no memory. The loop asks once per run and
+        passes the votes in every action's features."""
+        return None
+
     def observe(self, transition: Transition) -> None:
         pass
 

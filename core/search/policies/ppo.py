@@ -8,6 +8,10 @@ propose() samples from the softmax of the scores with masked actions at -inf and
 state, action features, mask, log-probability and value; observe() attaches the reward;
 update() runs a few epochs of the clipped PPO loss over everything gathered since the last
 update, then forgets it (on-policy).
+
+Trained weights come with a memory (core/search/memory.py): the near-best schedules of the tasks
+they were trained on. votes() turns it into per-action features for a new task, so what the
+policy has seen informs its first moves there; the weights learned how far to trust it.
 """
 from __future__ import annotations
 
@@ -22,9 +26,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..memory import ScheduleMemory, descriptor
 from .base import Policy, SearchState, Transition, allowed
 
-FORMAT = "cuda-agent-ppo/4"       # checkpoints of other network layouts cannot load here
+FORMAT = "cuda-agent-ppo/5"       # checkpoints of other network layouts cannot load here
 
 
 @dataclass
@@ -103,9 +108,14 @@ class PPOPolicy(Policy):
         self.state_size, self.action_size = state_size, action_size
         torch.manual_seed(seed)
         self.net = ActorCritic(state_size, action_size, self.config.hidden)
+        # The updates' minibatch order has its own generator: whatever else draws from torch's global
+        # one between updates (the code generator, input makers) must not change what is learned.
+        self._shuffle = torch.Generator().manual_seed(seed)
         self.optim = torch.optim.Adam(self.net.parameters(), lr=self.config.lr)
         self.updates = 0
         self.meta: dict[str, Any] = {}                   # how the weights were trained (cuda-agent train)
+        self.memory = ScheduleMemory()                   # near-best schedules of the tasks seen in training
+        self.memory_exclude: set[str] = set()            # training: the visited task must not vote for itself
         self._pending: dict[str, Any] | None = None     # the proposal waiting for its reward
         self._buffer: list[dict[str, Any]] = []
 
@@ -116,6 +126,12 @@ class PPOPolicy(Policy):
         return (torch.tensor(state.features, dtype=torch.float32),
                 torch.tensor(state.actions, dtype=torch.float32).reshape(len(mask), self.action_size),
                 torch.tensor(mask, dtype=torch.bool))
+
+    def votes(self, task: Any, space: Any) -> dict[tuple[str, int], float] | None:
+        if not len(self.memory) or task is None:
+            return None
+        knobs = {k.name: k.values for k in space.knobs}
+        return self.memory.votes(descriptor(task, space), knobs, exclude=self.memory_exclude) or None
 
     def propose(self, state: SearchState, mask: list[bool], rng: random.Random) -> int:
         self._pending = self._choose(state, mask, rng)
@@ -175,7 +191,7 @@ class PPOPolicy(Policy):
         stats = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0}
         n = 0
         for _ in range(c.epochs):
-            order = torch.randperm(len(batch))
+            order = torch.randperm(len(batch), generator=self._shuffle)
             for start in range(0, len(batch), c.minibatch):
                 idx = order[start:start + c.minibatch]
                 dist, value = self.net(x[idx], acts[idx], m[idx], present[idx], self.config.temperature)
@@ -208,7 +224,7 @@ class PPOPolicy(Policy):
         torch.save({"net": self.net.state_dict(), "optim": self.optim.state_dict()}, buf)
         return {"format": FORMAT, "config": asdict(self.config), "state_size": self.state_size,
                 "action_size": self.action_size, "updates": self.updates, "meta": self.meta,
-                "weights": base64.b64encode(buf.getvalue()).decode("ascii")}
+                "memory": self.memory.to_json(), "weights": base64.b64encode(buf.getvalue()).decode("ascii")}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("format") != FORMAT:
@@ -228,6 +244,7 @@ class PPOPolicy(Policy):
             group["lr"] = self.config.lr
         self.updates = int(state.get("updates", 0))
         self.meta = dict(state.get("meta") or {})
+        self.memory = ScheduleMemory.from_json(state["memory"]) if state.get("memory") else ScheduleMemory()
 
     @property
     def trained_on(self) -> list[str]:

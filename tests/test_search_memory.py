@@ -1,0 +1,129 @@
+"""The policy's memory of seen workloads (core/search/memory.py): votes, building, storage, training."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from core.search.features import ACTION_SIZE, STATE_SIZE, action_features, action_vector, evaluate_vector
+from core.search.memory import MemoryEntry, ScheduleMemory, entry_from_record
+from core.search.policies.ppo import PPOPolicy
+from core.search.space import Knob, ScheduleSpace
+from core.search.training import describe_records, train
+from tests.support.replay_run import made_up_ms, record_project
+
+KNOBS = {"BLOCK": [128, 256, 512], "VEC": [1, 2, 4]}
+
+
+def _entry(task: str, descriptor: list[float], *schedules: tuple[int, int]) -> MemoryEntry:
+    return MemoryEntry(task, descriptor, KNOBS, [{"BLOCK": b, "VEC": v} for b, v in schedules])
+
+
+@pytest.fixture(scope="module")
+def record(tmp_path_factory) -> Path:
+    return record_project(tmp_path_factory.mktemp("memory") / "rec.cuagent")
+
+
+def test_votes_are_shares_of_near_best_schedules_weighted_by_similarity():
+    memory = ScheduleMemory([_entry("near", [0.0, 0.0], (512, 4), (512, 2)),
+                             _entry("far", [1.0, 1.0], (128, 1))])
+    votes = memory.votes([0.0, 0.0], KNOBS)
+    far = math.exp(-2.0 / 0.2)          # the far entry's weight relative to the near one's 1
+    assert votes[("BLOCK", 512)] == pytest.approx(1.0 / (1.0 + far))
+    assert votes[("BLOCK", 128)] == pytest.approx(far / (1.0 + far))
+    assert votes[("VEC", 4)] == pytest.approx(0.5 / (1.0 + far))
+    assert votes[("BLOCK", 256)] == 0.0
+    # shares of one knob sum to 1 over its values
+    assert sum(votes[("VEC", v)] for v in KNOBS["VEC"]) == pytest.approx(1.0)
+
+
+def test_excluded_tasks_and_unknown_knobs_get_no_votes():
+    memory = ScheduleMemory([_entry("a", [0.0], (512, 4)), _entry("b", [0.0], (128, 1))])
+    assert memory.votes([0.0], KNOBS, exclude={"a"})[("BLOCK", 128)] == pytest.approx(1.0)
+    assert memory.votes([0.0], KNOBS, exclude={"a", "b"}) == {}
+    assert memory.votes([0.0], {"ITEMS": [1, 2]}) == {}
+    # a descriptor of another layout is not comparable: no weight
+    assert memory.votes([0.0, 0.0], KNOBS) == {}
+
+
+def test_a_later_entry_of_the_same_task_replaces_the_earlier_one():
+    memory = ScheduleMemory([_entry("a", [0.0], (512, 4))])
+    memory.add(_entry("a", [0.0], (128, 1)))
+    assert len(memory) == 1 and memory.entries[0].schedules == [{"BLOCK": 128, "VEC": 1}]
+
+
+def test_a_record_gives_its_near_best_schedules_fastest_first(record):
+    entry = entry_from_record(record)
+    assert entry is not None and entry.task == "act_gelu"
+    assert set(entry.knobs) == {"BLOCK", "UNROLL"}
+    best = min(made_up_ms({"BLOCK": b, "UNROLL": u}) for b in (64, 128, 256, 512, 1024) for u in (1, 2, 4, 8))
+    times = [made_up_ms(s) for s in entry.schedules]
+    assert entry.schedules and times == sorted(times) and all(t <= best / 0.97 for t in times)
+    assert entry.schedules[0] == {"BLOCK": 512, "UNROLL": 4}
+
+
+def test_memory_survives_json_and_a_ppo_checkpoint(tmp_path):
+    memory = ScheduleMemory([_entry("a", [0.5, 0.25], (512, 4))])
+    again = ScheduleMemory.from_json(json.loads(json.dumps(memory.to_json())))
+    assert again == memory
+    with pytest.raises(ValueError, match="memory"):
+        ScheduleMemory.from_json({"format": "something else"})
+    policy = PPOPolicy(STATE_SIZE, ACTION_SIZE, seed=0)
+    policy.memory = memory
+    path = tmp_path / "w.json"
+    policy.save(path)
+    from core.search.policies.ppo import load_weights
+
+    assert load_weights(path).memory == memory
+
+
+def test_votes_enter_each_actions_features():
+    space = ScheduleSpace([Knob("BLOCK", (128, 256, 512)), Knob("VEC", (1, 2, 4))])
+    votes = {("BLOCK", 128): 0.1, ("BLOCK", 256): 0.2, ("BLOCK", 512): 0.7}     # none for VEC
+    rows = action_features(space, {"BLOCK": 256, "VEC": 1}, votes=votes)
+    assert {len(r) for r in rows} == {ACTION_SIZE}
+    to_512 = rows[space.actions.index(next(a for a in space.actions if a.knob == "BLOCK" and a.value == 512))]
+    assert to_512[-6:] == pytest.approx([1.0, 0.7, 0.2, 0.5, 0.0, 0.0])   # voted, new, current, gain; not a jump,
+    #                                                                    not "evaluate now"
+    vec_rows = [r for r, a in zip(rows, space.actions) if a.knob == "VEC"]
+    assert all(r[-6:] == [0.0] * 6 for r in vec_rows)
+    # without votes the rows are what they were before the memory
+    plain = action_features(space, {"BLOCK": 256, "VEC": 1})
+    assert all(r[-6:] == [0.0] * 6 for r in plain)
+    assert evaluate_vector()[-6:] == [0.0, 0.0, 0.0, 0.0, 0.0, 1.0]
+    knob = Knob("BLOCK", (128, 256, 512))
+    assert action_vector(knob, 128, 256, 256, None, 1, votes)[-5:-2] == pytest.approx([0.1, 0.2, -0.1])
+
+
+def test_a_policy_without_memory_has_no_votes():
+    policy = PPOPolicy(STATE_SIZE, ACTION_SIZE, seed=0)
+    space = ScheduleSpace([Knob("BLOCK", (128, 256))])
+    assert policy.votes(object(), space) is None
+
+
+def test_training_remembers_its_records_but_a_visit_never_sees_its_own(record, monkeypatch):
+    seen: list[dict | None] = []
+    original = PPOPolicy.votes
+
+    def spy(self, task, space):
+        out = original(self, task, space)
+        seen.append(out)
+        return out
+
+    monkeypatch.setattr(PPOPolicy, "votes", spy)
+    info = describe_records([record])[0]
+    policy, _ = train([info], rounds=2, budget=4, seed=0)
+    assert policy.memory.tasks == ["act_gelu"]
+    assert seen and all(v is None for v in seen)            # the only entry is the visited task itself
+    assert policy.memory_exclude == set()
+    # after training, the same task (as a user's rerun would be) does get its own votes
+    from core.tasks import load_task
+    from tests.support.replay_run import TASK_PATH, search_program
+
+    space = ScheduleSpace.from_program(search_program(), load_task(TASK_PATH))
+    votes = original(policy, load_task(TASK_PATH), space)
+    assert votes is not None and votes[("BLOCK", 512)] == pytest.approx(1.0)
+    unmemorised, _ = train([info], rounds=1, budget=4, seed=0, memory=False)
+    assert len(unmemorised.memory) == 0
