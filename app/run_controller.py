@@ -61,6 +61,8 @@ class _RunWorker(QObject):
             summary = None
         finally:
             self.setup.close()
+            if self.setup.remembered:         # the run joined the user's memory (or why not)
+                self.sink.append(("status", self.setup.remembered))
         if summary is not None:
             self.done.emit(summary)
 

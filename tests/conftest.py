@@ -35,3 +35,12 @@ def tmp_cache(tmp_path, monkeypatch):
     """Point every on-disk cache at a temporary folder."""
     monkeypatch.setenv("CUDA_AGENT_CACHE", str(tmp_path / "cache"))
     return tmp_path / "cache"
+
+
+@pytest.fixture(autouse=True)
+def own_memory_file(tmp_path_factory, monkeypatch):
+    """Runs remember into, and recall from, a memory file of the test's own, never the user's
+    (core/search/memory.py, user_memory_path)."""
+    path = tmp_path_factory.mktemp("memory") / "memory.json"
+    monkeypatch.setenv("CUDA_AGENT_MEMORY", str(path))
+    return path

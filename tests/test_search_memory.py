@@ -127,3 +127,121 @@ def test_training_remembers_its_records_but_a_visit_never_sees_its_own(record, m
     assert votes is not None and votes[("BLOCK", 512)] == pytest.approx(1.0)
     unmemorised, _ = train([info], rounds=1, budget=4, seed=0, memory=False)
     assert len(unmemorised.memory) == 0
+
+
+# ---- the user's memory file: runs remembered and recalled (session.py) ---------------------------
+
+def test_a_memory_file_round_trips_and_a_foreign_file_is_refused(record, tmp_path):
+    from core.search.memory import load_memory, remember, save_memory
+
+    path = tmp_path / "sub" / "memory.json"
+    assert len(load_memory(path)) == 0                       # no file yet: an empty memory
+    entry = remember(record, path)
+    assert entry is not None and load_memory(path).tasks == ["act_gelu"]
+    save_memory(load_memory(path), path)                     # rewriting keeps it
+    assert load_memory(path).entries[0] == entry
+    assert not list(path.parent.glob(".*.tmp"))              # no temporary file left behind
+    path.write_text('{"not": "a memory"}')
+    with pytest.raises(ValueError, match="memory"):
+        load_memory(path)
+    path.write_text("{broken")
+    with pytest.raises(ValueError, match="not a cuda-agent memory file"):
+        load_memory(path)
+
+
+def test_a_run_with_too_few_schedules_is_not_remembered(record, tmp_path):
+    from core.search.memory import MIN_MEASURED, remember
+
+    small = tmp_path / "small.cuagent"
+    small.write_bytes(record.read_bytes())
+    from core.project import Project
+
+    with Project.open(small) as project:
+        ids = [c.id for c in project.candidates()][MIN_MEASURED - 2:]
+        project._db.execute(f"DELETE FROM candidates WHERE id IN ({','.join(map(str, ids))})")
+        project._db.commit()
+    assert remember(small, tmp_path / "m.json") is None and not (tmp_path / "m.json").exists()
+
+
+def _replay_config(record, tmp_path, policy="ppo", **kw):
+    from core.search.session import RunConfig
+    from tests.support.replay_run import TASK_PATH, search_program
+
+    program = tmp_path / "prog.json"
+    program.write_text(search_program().to_json())
+    return RunConfig(task=TASK_PATH, project=tmp_path / f"{policy}.cuagent", program=program, policy=policy,
+                     budget=4, replay=[record], **kw)
+
+
+def test_ppo_recalls_the_users_runs_and_a_replay_is_not_remembered(record, tmp_path, own_memory_file):
+    from core.search.memory import load_memory, remember
+    from core.search.session import open_run
+
+    remember(record, own_memory_file)
+    setup = open_run(_replay_config(record, tmp_path))
+    try:
+        assert setup.optimizer.policy.recall.tasks == ["act_gelu"]
+        assert any("recalling 1 of your earlier runs" in n for n in setup.notes)
+        votes = setup.optimizer.policy.votes(setup.optimizer.task, setup.optimizer.space)
+        assert votes[("BLOCK", 512)] == pytest.approx(1.0, abs=1e-3)   # its own near-best: BLOCK=512, UNROLL=4
+        assert setup.remember_to is None                          # a replay measured nothing new
+        setup.optimizer.run()
+    finally:
+        setup.close()
+    assert setup.remembered is None and load_memory(own_memory_file).tasks == ["act_gelu"]
+    # the shipped weights' memory is untouched by the recall (a checkpoint never carries it)
+    assert "act_gelu" in setup.optimizer.policy.memory.tasks
+    assert "recall" not in setup.optimizer.policy.state_dict()
+
+
+def test_the_other_policies_and_no_memory_recall_nothing(record, tmp_path, own_memory_file):
+    from core.search.memory import remember
+    from core.search.session import open_run
+
+    remember(record, own_memory_file)
+    for policy, memory in (("ppo-untrained", True), ("random", True), ("ppo", False)):
+        setup = open_run(_replay_config(record, tmp_path, policy=policy, memory=memory))
+        try:
+            assert len(getattr(setup.optimizer.policy, "recall", [])) == 0
+            assert not any("recalling" in n for n in setup.notes)
+        finally:
+            setup.close()
+
+
+def test_a_run_on_a_gpu_is_remembered_when_it_closes(record, tmp_path, own_memory_file):
+    from core.project import Project
+    from core.search.memory import load_memory
+    from core.search.session import RunSetup
+
+    class Pool:
+        closed = False
+
+        def close(self):
+            self.closed = True
+
+    # What open_run builds for a GPU run, with the record standing in for the run's project.
+    copy = tmp_path / "run.cuagent"
+    copy.write_bytes(record.read_bytes())
+    setup = RunSetup(None, Project.open(copy), Pool(), replaying=False, remember_to=own_memory_file)
+    setup.close()
+    assert setup.pool.closed and load_memory(own_memory_file).tasks == ["act_gelu"]
+    assert setup.remembered.startswith("remembered 1 near-best schedules of act_gelu")
+    own_memory_file.write_text("{broken")                       # a damaged file is reported, not replaced
+    setup = RunSetup(None, Project.open(copy), Pool(), replaying=False, remember_to=own_memory_file)
+    setup.close()
+    assert setup.remembered.startswith("warning: this run was not remembered")
+    assert own_memory_file.read_text() == "{broken"
+
+
+def test_a_damaged_memory_file_is_reported_and_left_alone(record, tmp_path, own_memory_file):
+    from core.search.session import open_run
+
+    own_memory_file.write_text("{broken")
+    config = _replay_config(record, tmp_path)
+    setup = open_run(config)
+    try:
+        assert any("your remembered runs are not used" in n for n in setup.notes)
+        assert setup.remember_to is None and len(setup.optimizer.policy.recall) == 0
+    finally:
+        setup.close()
+    assert own_memory_file.read_text() == "{broken"

@@ -12,7 +12,8 @@ knobs. So nothing here is indexed by a knob's position or by a task's name:
   default. A policy scores every action from (state, action) with the same weights, so the
   number of actions may differ from task to task.
 - a policy with a memory of the workloads it has seen (core/search/memory.py) adds, to each
-  action, how strongly similar tasks' near-best schedules vote for the new and the current value;
+  edit, how strongly similar tasks' near-best schedules vote for the new and the current value,
+  and it has one more action, **jump** (jump_vector), to the schedule the memory ranks highest;
 - a policy that composes several edits into one move (docs/search.md, "Moves") also scores
   **evaluate now**, whose vector is all zeros but its own flag; the state then says how many
   edits the move holds so far.

@@ -6,8 +6,14 @@ from, a descriptor (core/search/features.py: the task's sizes and dtype and the 
 names, the same vector the state starts with) and the schedules that ran within 97 % of that
 record's best. For a new task it turns them into **votes**: for each knob and value, the
 similarity-weighted share of remembered near-best schedules that use that value. The votes join
-each action's features (features.action_vector), so the PPO scores edits from what it has seen
-and learns, in training, how far to trust them. Nothing here chooses a schedule by itself.
+each edit's features (features.action_vector), and they rank whole schedules (ranked_schedules) for
+the loop's "jump" action (optimizer.py). The PPO scores edits and the jump alike and learned, in
+training, how far to trust them: nothing here chooses what is evaluated.
+
+Besides what the shipped weights remember, a user's own runs are remembered in a memory file
+(`user_memory_path()`: $CUDA_AGENT_MEMORY, else ~/.cuda-agent/memory.json): a run measured on a GPU
+is added when it ends, and a later run's PPO recalls it (core/search/session.py). Benchmarks and
+training never read it, so their figures do not depend on a machine's history.
 
 Similarity is exp(-|d_task - d_entry|^2 / SIMILARITY_SCALE). The scale was chosen on the training
 records alone (leave one task out, docs/search.md, "Memory"): with it, a task of another dtype
@@ -16,7 +22,9 @@ weighs about e^-10 of one of the same dtype, and sizes a few times apart weigh a
 from __future__ import annotations
 
 import heapq
+import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
@@ -25,6 +33,7 @@ FORMAT = "cuda-agent-memory/1"
 SIMILARITY_SCALE = 0.2
 NEAR_BEST = 0.97          # a schedule within this fraction of the record's best counts as near-best
 MAX_SCHEDULES = 64        # near-best schedules kept per entry (the fastest)
+MIN_MEASURED = 8          # a run with fewer correct schedules is not remembered: its "near-best" says little
 VOTE_FLOOR = 1e-3         # a value no remembered schedule uses still scores log(VOTE_FLOOR), not -inf
 
 Votes = dict[tuple[str, int], float]
@@ -58,6 +67,13 @@ class ScheduleMemory:
     def add(self, entry: MemoryEntry) -> None:
         """A later entry of the same task replaces the earlier one."""
         self.entries = [e for e in self.entries if e.task != entry.task] + [entry]
+
+    def merged(self, other: "ScheduleMemory") -> "ScheduleMemory":
+        """This memory with `other`'s entries added (they replace entries of the same task)."""
+        out = ScheduleMemory(list(self.entries))
+        for entry in other.entries:
+            out.add(entry)
+        return out
 
     def votes(self, descriptor: list[float], knobs: Mapping[str, Iterable[int]],
               exclude: Iterable[str] = ()) -> Votes:
@@ -136,6 +152,44 @@ def ranked_schedules(votes: Votes, knobs: Mapping[str, Iterable[int]], fixed: Ma
                     heapq.heappush(heap, (negative + logs[j][index[j]] - logs[j][index[j] + 1], nxt))
 
 
+def user_memory_path() -> Path:
+    """Where a user's runs are remembered: $CUDA_AGENT_MEMORY, else ~/.cuda-agent/memory.json."""
+    return Path(os.environ.get("CUDA_AGENT_MEMORY") or Path.home() / ".cuda-agent" / "memory.json")
+
+
+def load_memory(path: str | Path) -> ScheduleMemory:
+    """The memory stored in a file; an empty one when there is no file yet. A file that is not a
+    memory raises ValueError (it is not overwritten by the next run)."""
+    path = Path(path)
+    if not path.is_file():
+        return ScheduleMemory()
+    try:
+        return ScheduleMemory.from_json(json.loads(path.read_text()))
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path} is not a cuda-agent memory file ({exc})") from None
+
+
+def save_memory(memory: ScheduleMemory, path: str | Path) -> None:
+    """Written to a temporary file and renamed, so a crash never leaves half a memory."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(memory.to_json()))
+    os.replace(tmp, path)
+
+
+def remember(project_path: str | Path, memory_path: str | Path) -> MemoryEntry | None:
+    """Add a finished run's near-best schedules to the memory file; None (nothing written) when the
+    project measured fewer than MIN_MEASURED distinct correct schedules."""
+    entry = entry_from_record(project_path, min_measured=MIN_MEASURED)
+    if entry is None:
+        return None
+    memory = load_memory(memory_path)
+    memory.add(entry)
+    save_memory(memory, memory_path)
+    return entry
+
+
 def _similarity(a: list[float], b: list[float]) -> float:
     if len(a) != len(b):          # descriptors of another feature layout: not comparable
         return 0.0
@@ -149,9 +203,10 @@ def descriptor(task: Any, space: Any) -> list[float]:
     return task_features(task) + program_features(space)
 
 
-def entry_from_record(path: str | Path) -> MemoryEntry | None:
+def entry_from_record(path: str | Path, min_measured: int = 1) -> MemoryEntry | None:
     """The near-best schedules of one recorded project (over the knobs of its first candidate's
-    program, the space a search of it walks), or None when it measured nothing usable."""
+    program, the space a search of it walks), or None when it measured fewer than `min_measured`
+    distinct schedules correctly."""
     from core.program import KernelProgram
     from core.project import Project
 
@@ -169,7 +224,7 @@ def entry_from_record(path: str | Path) -> MemoryEntry | None:
                 continue
             key = tuple(sorted((k, int(rec.schedule[k])) for k in program.tunables))
             times[key] = min(times.get(key, math.inf), rec.median_ms)
-    if not times:
+    if not times or len(times) < min_measured:
         return None
     best = min(times.values())
     near = sorted((t, key) for key, t in times.items() if t <= best / NEAR_BEST)[:MAX_SCHEDULES]

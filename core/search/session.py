@@ -39,6 +39,9 @@ class RunConfig:
     weights: str | Path | None = None       # PPO weights to start from (default: the shipped pretrained ones)
     compile_ahead: int = 6                  # predicted next candidates compiled while the GPU measures (0: off)
     confirm_rounds: int = 20                # the best re-measured interleaved with eager at the end (0: off)
+    # ppo also recalls the user's remembered runs, and a run measured on a GPU is remembered when it
+    # ends (core/search/memory.py; the file is memory.user_memory_path()). Off for reproducible benchmarks.
+    memory: bool = True
 
 
 @dataclass
@@ -48,15 +51,32 @@ class RunSetup:
     pool: Any
     replaying: bool
     notes: list[str] = field(default_factory=list)
+    remember_to: Path | None = None      # the memory file this run is added to when it closes
+    remembered: str | None = None        # what closing did with the memory, for the user (None: nothing)
 
     def close(self) -> None:
-        """Close the pool (stops evaluator processes) and the project."""
+        """Close the pool (stops evaluator processes) and the project; then remember the run."""
         close = getattr(self.pool, "close", None)
         try:
             if close:
                 close()
         finally:
             self.project.close()
+        if self.remember_to is not None:
+            self._remember(self.remember_to)
+
+    def _remember(self, memory_path: Path) -> None:
+        from core.project import ProjectError
+
+        from .memory import MIN_MEASURED, remember
+
+        try:
+            entry = remember(self.project.path, memory_path)
+        except (OSError, ValueError, ProjectError) as exc:
+            self.remembered = f"warning: this run was not remembered in {memory_path}: {exc}"
+            return
+        self.remembered = (f"remembered {len(entry.schedules)} near-best schedules of {entry.task} in {memory_path}"
+                           if entry else f"not remembered: fewer than {MIN_MEASURED} correct schedules measured")
 
 
 def _policy_note(config: RunConfig, policy: Any) -> str:
@@ -126,6 +146,8 @@ def open_run(config: RunConfig, observers: list[Callable[[Any], None]] | None = 
         except (OSError, ValueError) as exc:
             raise RunSetupError(f"policy error: {exc}") from None
         setup.notes.append(_policy_note(config, policy))
+        if config.memory:
+            _recall(config, policy, setup)
         setup.optimizer = Optimizer(task, program, setup.pool, project, policy, Budget(config.budget, config.seconds),
                                     observers=observers or [], episode_length=config.episode, seed=config.seed,
                                     space=space, unrecorded="skip" if config.skip_unrecorded else "penalise",
@@ -134,6 +156,26 @@ def open_run(config: RunConfig, observers: list[Callable[[Any], None]] | None = 
         setup.close()
         raise
     return setup
+
+
+def _recall(config: RunConfig, policy: Any, setup: RunSetup) -> None:
+    """The user's remembered runs join the pretrained PPO's memory; a run on a GPU will be added."""
+    from .memory import load_memory, user_memory_path
+
+    path = user_memory_path()
+    if not setup.replaying:
+        setup.remember_to = path
+    if config.policy != "ppo" or not hasattr(policy, "recall"):
+        return              # untrained PPO and the other policies have no memory to add to
+    try:
+        own = load_memory(path)
+    except (OSError, ValueError) as exc:
+        setup.notes.append(f"warning: your remembered runs are not used: {exc}")
+        setup.remember_to = None        # and not overwritten
+        return
+    if len(own):
+        policy.recall = own
+        setup.notes.append(f"memory: recalling {len(own)} of your earlier runs ({path})")
 
 
 def _program(config: RunConfig, task: Any) -> tuple[Any, list[Any], str]:

@@ -371,7 +371,8 @@ class Bench:
         c = self.config
         config = RunConfig(task=path, project=project, program=program_file, policy=c.policy, budget=c.budget,
                            seconds=c.seconds, episode=c.episode, seed=c.seed, replay=list(records),
-                           skip_unrecorded=c.skip_unrecorded, device=c.device, weights=c.weights)
+                           skip_unrecorded=c.skip_unrecorded, device=c.device, weights=c.weights,
+                           memory=False)     # a benchmark must not depend on this machine's earlier runs
         try:
             setup = open_run(config, observers=[self._emit],
                              starting=lambda text: self._emit(TaskNote(task.name, text)))

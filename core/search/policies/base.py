@@ -55,8 +55,9 @@ class Policy:
 
     def votes(self, task: Any, space: Any) -> dict[tuple[str, int], float] | None:
         """What the policy remembers of similar workloads, per (knob, value) of this task's space
-        (core/search/memory.py); None for a policy with no memory. The loop asks once per run and
-        passes the votes in every action's features."""
+        (core/search/memory.py); None for a policy with no memory. The loop asks once per run, passes
+        the votes in every edit's features and, when there are any, offers the "jump" action to the
+        schedule they rank highest (docs/search.md, "Memory")."""
         return None
 
     def observe(self, transition: Transition) -> None:

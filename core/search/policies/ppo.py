@@ -116,6 +116,7 @@ class PPOPolicy(Policy):
         self.meta: dict[str, Any] = {}                   # how the weights were trained (cuda-agent train)
         self.memory = ScheduleMemory()                   # near-best schedules of the tasks seen in training
         self.memory_exclude: set[str] = set()            # training: the visited task must not vote for itself
+        self.recall = ScheduleMemory()                   # the user's remembered runs (session.py); never saved
         self._pending: dict[str, Any] | None = None     # the proposal waiting for its reward
         self._buffer: list[dict[str, Any]] = []
 
@@ -128,10 +129,11 @@ class PPOPolicy(Policy):
                 torch.tensor(mask, dtype=torch.bool))
 
     def votes(self, task: Any, space: Any) -> dict[tuple[str, int], float] | None:
-        if not len(self.memory) or task is None:
+        memory = self.memory.merged(self.recall) if len(self.recall) else self.memory
+        if not len(memory) or task is None:
             return None
         knobs = {k.name: k.values for k in space.knobs}
-        return self.memory.votes(descriptor(task, space), knobs, exclude=self.memory_exclude) or None
+        return memory.votes(descriptor(task, space), knobs, exclude=self.memory_exclude) or None
 
     def propose(self, state: SearchState, mask: list[bool], rng: random.Random) -> int:
         self._pending = self._choose(state, mask, rng)
