@@ -11,10 +11,12 @@ import time
 from pathlib import Path
 
 from PySide6.QtCore import QSettings
-from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFileDialog, QFormLayout,
-                               QHBoxLayout, QLabel, QLineEdit, QPushButton, QSpinBox, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFileDialog,
+                               QFormLayout, QHBoxLayout, QLabel, QLineEdit, QPushButton, QSpinBox, QVBoxLayout,
+                               QWidget)
 
 from app.export_dialog import PROJECT_FILTER
+from core.search.memory import user_memory_path
 from core.search.policies import PRETRAINED_PPO
 from core.search.session import POLICIES, RunConfig, default_program
 
@@ -93,6 +95,11 @@ class RunDialog(QDialog):
         self.seed_spin.setRange(0, 2**31 - 1)
         self.seed_spin.setValue(settings.value(KEY + "seed", 0, type=int))
         form.addRow("Seed:", self.seed_spin)
+        self.memory_check = QCheckBox("Recall my earlier runs, and remember this one")
+        self.memory_check.setToolTip(f"PPO also starts from the near-best schedules of your earlier GPU runs, and "
+                                     f"a GPU run is added when it ends ({user_memory_path()})")
+        self.memory_check.setChecked(settings.value(KEY + "memory", True, type=bool))
+        form.addRow("Memory:", self.memory_check)
 
         self.problem = QLabel("")
         self.problem.setObjectName("dialogProblem")
@@ -169,7 +176,8 @@ class RunDialog(QDialog):
         return RunConfig(task=self.task_path, project=project,
                          program=Path(program).expanduser() if program else None,
                          policy=self.policy_combo.currentData(), budget=self.budget_spin.value(),
-                         seconds=seconds, seed=self.seed_spin.value(), replay=replay)
+                         seconds=seconds, seed=self.seed_spin.value(), replay=replay,
+                         memory=self.memory_check.isChecked())
 
     def remember(self) -> None:
         s = self.settings
@@ -177,4 +185,5 @@ class RunDialog(QDialog):
         s.setValue(KEY + "budget", self.budget_spin.value())
         s.setValue(KEY + "seconds", float(self.seconds_spin.value()))
         s.setValue(KEY + "seed", self.seed_spin.value())
+        s.setValue(KEY + "memory", self.memory_check.isChecked())
         s.setValue(KEY + "replay", self.replay_edit.text())

@@ -243,3 +243,20 @@ def test_the_run_dialog_offers_every_policy_and_says_when_ppo_has_no_pretrained_
         assert (label == run_dialog.NO_PRETRAINED) is not installed
         combo.setCurrentIndex(combo.findData("ppo-untrained"))
         assert dialog.config().policy == "ppo-untrained"
+
+
+def test_the_run_dialog_turns_the_memory_on_or_off_and_remembers_the_choice(qtbot, tmp_path):
+    from PySide6.QtCore import QSettings
+
+    import app.run_dialog as run_dialog
+
+    settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
+    dialog = run_dialog.RunDialog(TASK_PATH, "act_gelu", settings, "no GPU here")
+    qtbot.addWidget(dialog)
+    assert dialog.memory_check.isChecked() and dialog.config().memory        # on by default, as the CLI
+    dialog.memory_check.setChecked(False)
+    assert dialog.config().memory is False
+    dialog.remember()
+    again = run_dialog.RunDialog(TASK_PATH, "act_gelu", settings, "no GPU here")
+    qtbot.addWidget(again)
+    assert not again.memory_check.isChecked() and again.config().memory is False

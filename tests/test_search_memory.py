@@ -182,6 +182,8 @@ def test_ppo_recalls_the_users_runs_and_a_replay_is_not_remembered(record, tmp_p
     try:
         assert setup.optimizer.policy.recall.tasks == ["act_gelu"]
         assert any("recalling 1 of your earlier runs" in n for n in setup.notes)
+        shipped = len(setup.optimizer.policy.memory)
+        assert shipped and any(f"remembering the near-best schedules of {shipped})" in n for n in setup.notes)
         votes = setup.optimizer.policy.votes(setup.optimizer.task, setup.optimizer.space)
         assert votes[("BLOCK", 512)] == pytest.approx(1.0, abs=1e-3)   # its own near-best: BLOCK=512, UNROLL=4
         assert setup.remember_to is None                          # a replay measured nothing new

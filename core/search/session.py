@@ -88,7 +88,10 @@ def _policy_note(config: RunConfig, policy: Any) -> str:
     if not trained_on:
         return "PPO starts untrained (no pretrained weights are installed)"
     source = config.weights or "the shipped pretrained weights"
-    return f"PPO starts from {source} (trained on {len(trained_on)} recorded tasks); it keeps learning in this run"
+    remembered = len(getattr(policy, "memory", []) or [])
+    memory = f", remembering the near-best schedules of {remembered}" if remembered else ""
+    return (f"PPO starts from {source} (trained on {len(trained_on)} recorded tasks{memory}); "
+            "it keeps learning in this run")
 
 
 def default_program(task_name: str) -> Path:
