@@ -561,9 +561,28 @@ def test_a_jump_is_never_offered_inside_a_move(task, record, tmp_path):
     policy = opt.policy = MovePolicy()
     policy.votes = lambda task, space: votes
     opt.run()
-    jump = len(opt.space.actions) + 1
+    evaluate_now = len(opt.space.actions)
+    jump = evaluate_now + 1
     composing = [t for t in policy.transitions if not t.evaluated]
-    assert composing and all(t.action < len(opt.space.actions) for t in composing)
-    # after an edit of a move the jump is masked; masks at a move's start may offer it
-    assert any(m[jump] for m in policy.masks)
+    assert composing and all(t.action < evaluate_now for t in composing)
+    # "evaluate now" is offered only inside a move (after an edit): the jump never is there
+    inside = [m for m in policy.masks if m[evaluate_now]]
+    assert inside and not any(m[jump] for m in inside)
+    assert any(m[jump] for m in policy.masks)               # at a move's start it is
+    project.close()
+
+
+def test_a_one_edit_policy_with_a_memory_sees_the_jump_after_its_edits(task, record, tmp_path):
+    opt, project, pool, _ = make(task, record, tmp_path, budget=Budget(evaluations=5))
+    votes = {("UNROLL", u): w for u, w in zip((4, 2, 8, 1), (0.7, 0.1, 0.1, 0.1))}
+    policy = opt.policy = JumpPolicy(votes)
+    policy.max_edits = 1
+    opt.run()
+    n_actions = len(opt.space.actions)
+    assert policy.masks and all(len(m) == n_actions + 1 for m in policy.masks)
+    schedules = [dict(r.schedule) for r in sorted(project.candidates(), key=lambda r: r.id)]
+    # BLOCK has no votes, so jumps keep its default (256); UNROLL walks down its votes, and once the
+    # ranking holds nothing new (UNROLL=1 is the start) the jump is masked and an edit follows
+    assert [s["UNROLL"] for s in schedules[1:4]] == [4, 2, 8] and {s["BLOCK"] for s in schedules[:4]} == {256}
+    assert len(schedules) == 5 and schedules[4]["BLOCK"] != 256 and not policy.masks[-1][-1]
     project.close()
