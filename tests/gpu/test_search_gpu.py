@@ -21,7 +21,7 @@ BUDGET = 12
 
 
 @pytest.mark.parametrize("name", ["act_gelu", "act_mish", "red_var_dim1"])
-def test_a_short_real_run(name, tmp_path, tmp_cache):
+def test_a_short_real_run(name, tmp_path, tmp_cache, own_memory_file):
     project_path = tmp_path / f"{name}.cuagent"
     setup = open_run(RunConfig(task=TASKS / f"{name}.py", project=project_path, policy="ppo", budget=BUDGET,
                                program=PROGRAMS.get(name), seed=1))
@@ -50,6 +50,15 @@ def test_a_short_real_run(name, tmp_path, tmp_cache):
         print(f"\n{name}: {counts}, default {first.median_ms * 1e3:.1f} us, best {best.median_ms * 1e3:.1f} us, "
               f"eager {eager * 1e3:.1f} us; interleaved: best {interleaved['median_ms'] * 1e3:.1f} us, "
               f"eager {interleaved['eager_ms'] * 1e3:.1f} us")
+
+    # A GPU run is remembered in the memory file (here the test's own) when it has enough schedules.
+    from core.search.memory import MIN_MEASURED, load_memory
+
+    if counts.get("measured", 0) >= MIN_MEASURED:
+        assert setup.remembered.startswith("remembered"), setup.remembered
+        assert load_memory(own_memory_file).tasks == [name]
+    else:
+        assert setup.remembered.startswith("not remembered"), setup.remembered
 
     # The run's own record answers a replay of the same search: no GPU work, no misses.
     replay = open_run(RunConfig(task=TASKS / f"{name}.py", project=tmp_path / "replay.cuagent", policy="random",
