@@ -247,3 +247,22 @@ def test_a_damaged_memory_file_is_reported_and_left_alone(record, tmp_path, own_
     finally:
         setup.close()
     assert own_memory_file.read_text() == "{broken"
+
+
+def test_ranked_schedules_are_every_combination_once_best_first():
+    import itertools
+
+    from core.search.memory import ranked_schedules, vote_score
+
+    knobs = {"A": [1, 2, 3], "B": [10, 20], "C": [7, 8], "D": [0, 1]}     # D has no votes: it stays fixed
+    votes = {("A", 1): 0.2, ("A", 2): 0.5, ("A", 3): 0.3, ("B", 10): 0.9, ("B", 20): 0.1,
+             ("C", 7): 0.0, ("C", 8): 1.0}
+    fixed = {"A": 1, "B": 10, "C": 7, "D": 1}
+    out = list(ranked_schedules(votes, knobs, fixed))
+    every = [dict(zip("ABC", values), D=1) for values in itertools.product(*(knobs[k] for k in "ABC"))]
+    assert len(out) == len(every) == 12 and sorted(map(str, out)) == sorted(map(str, every))
+    scores = [vote_score(votes, s) for s in out]
+    assert scores == sorted(scores, reverse=True)
+    assert out[0] == {"A": 2, "B": 10, "C": 8, "D": 1}
+    assert len(list(ranked_schedules(votes, knobs, fixed, limit=5))) == 5
+    assert list(ranked_schedules({}, knobs, fixed)) == []                    # no votes: nothing to rank
