@@ -98,7 +98,7 @@ class RunDialog(QDialog):
         self.memory_check = QCheckBox("Recall my earlier runs, and remember this one")
         self.memory_check.setToolTip(f"PPO also starts from the near-best schedules of your earlier GPU runs, and "
                                      f"a GPU run is added when it ends ({user_memory_path()})")
-        self.memory_check.setChecked(settings.value(KEY + "memory", True, type=bool))
+        self.memory_check.setChecked(settings.value(KEY + "memory", False, type=bool))
         form.addRow("Memory:", self.memory_check)
 
         self.problem = QLabel("")

@@ -253,10 +253,10 @@ def test_the_run_dialog_turns_the_memory_on_or_off_and_remembers_the_choice(qtbo
     settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
     dialog = run_dialog.RunDialog(TASK_PATH, "act_gelu", settings, "no GPU here")
     qtbot.addWidget(dialog)
-    assert dialog.memory_check.isChecked() and dialog.config().memory        # on by default, as the CLI
-    dialog.memory_check.setChecked(False)
-    assert dialog.config().memory is False
+    assert not dialog.memory_check.isChecked() and not dialog.config().memory   # off by default, as the CLI
+    dialog.memory_check.setChecked(True)
+    assert dialog.config().memory is True
     dialog.remember()
     again = run_dialog.RunDialog(TASK_PATH, "act_gelu", settings, "no GPU here")
     qtbot.addWidget(again)
-    assert not again.memory_check.isChecked() and again.config().memory is False
+    assert again.memory_check.isChecked() and again.config().memory is True

@@ -163,6 +163,14 @@ def test_a_run_with_too_few_schedules_is_not_remembered(record, tmp_path):
     assert remember(small, tmp_path / "m.json") is None and not (tmp_path / "m.json").exists()
 
 
+def open_run_and_close(config):
+    from core.search.session import open_run
+
+    setup = open_run(config)
+    setup.close()
+    return setup
+
+
 def _replay_config(record, tmp_path, policy="ppo", **kw):
     from core.search.session import RunConfig
     from tests.support.replay_run import TASK_PATH, search_program
@@ -178,7 +186,8 @@ def test_ppo_recalls_the_users_runs_and_a_replay_is_not_remembered(record, tmp_p
     from core.search.session import open_run
 
     remember(record, own_memory_file)
-    setup = open_run(_replay_config(record, tmp_path))
+    assert len(open_run_and_close(_replay_config(record, tmp_path)).optimizer.policy.recall) == 0   # off by default
+    setup = open_run(_replay_config(record, tmp_path, memory=True))
     try:
         assert setup.optimizer.policy.recall.tasks == ["act_gelu"]
         assert any("recalling 1 of your earlier runs" in n for n in setup.notes)
@@ -201,7 +210,7 @@ def test_the_other_policies_and_no_memory_recall_nothing(record, tmp_path, own_m
     from core.search.session import open_run
 
     remember(record, own_memory_file)
-    for policy, memory in (("ppo-untrained", True), ("random", True), ("ppo", False)):
+    for policy, memory in (("ppo-untrained", True), ("random", True), ("ppo", False)):    # False: the default
         setup = open_run(_replay_config(record, tmp_path, policy=policy, memory=memory))
         try:
             assert len(getattr(setup.optimizer.policy, "recall", [])) == 0
@@ -239,7 +248,7 @@ def test_a_damaged_memory_file_is_reported_and_left_alone(record, tmp_path, own_
     from core.search.session import open_run
 
     own_memory_file.write_text("{broken")
-    config = _replay_config(record, tmp_path)
+    config = _replay_config(record, tmp_path, memory=True)
     setup = open_run(config)
     try:
         assert any("your remembered runs are not used" in n for n in setup.notes)
@@ -266,3 +275,14 @@ def test_ranked_schedules_are_every_combination_once_best_first():
     assert out[0] == {"A": 2, "B": 10, "C": 8, "D": 1}
     assert len(list(ranked_schedules(votes, knobs, fixed, limit=5))) == 5
     assert list(ranked_schedules({}, knobs, fixed)) == []                    # no votes: nothing to rank
+
+
+def test_a_replay_trial_can_leave_its_project_to_be_remembered(record, tmp_path):
+    from core.search.benchmark import search_record
+    from core.search.policies import make_policy
+
+    kept = tmp_path / "trial.cuagent"
+    trial = search_record(record, lambda space: make_policy("random", space), "random", 0, 12, "skip", keep=kept)
+    assert kept.is_file() and trial.evaluations == 12
+    entry = entry_from_record(kept)
+    assert entry is not None and entry.task == "act_gelu"

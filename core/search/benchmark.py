@@ -76,13 +76,14 @@ def run_trial(record: str | Path, policy: str, seed: int, budget: int,
 
 def search_record(record: str | Path, build_policy: Callable[[Any], Any], label: str, seed: int, budget: int,
                   unrecorded: str, target_fraction: float = TARGET_FRACTION, max_idle_episodes: int = 50,
-                  start: dict[str, int] | None = None, target_bonus: float = 0.0) -> Trial:
+                  start: dict[str, int] | None = None, target_bonus: float = 0.0,
+                  keep: str | Path | None = None) -> Trial:
     """Run the optimiser on a replay of one record from the record's first candidate (the default
     schedule where the recorded search started), with build_policy(space) as the policy, in a
-    throw-away project; the Trial notes when a candidate first came within target_fraction of the
-    record's best time. Training only: `start` is another schedule to start from (the default
-    stays the program's), and `target_bonus` is paid once per episode for reaching the target
-    (RewardConfig.target_bonus)."""
+    throw-away project (or in `keep`, a new project file left behind); the Trial notes when a
+    candidate first came within target_fraction of the record's best time. Training only: `start`
+    is another schedule to start from (the default stays the program's), and `target_bonus` is paid
+    once per episode for reaching the target (RewardConfig.target_bonus)."""
     from core.program import KernelProgram
     from core.project import Project
 
@@ -111,7 +112,7 @@ def search_record(record: str | Path, build_policy: Callable[[Any], Any], label:
             reached.append(event.evaluations)
 
     with tempfile.TemporaryDirectory() as folder:
-        project = Project.create(Path(folder) / "trial.cuagent", task, hardware)
+        project = Project.create(Path(keep) if keep else Path(folder) / "trial.cuagent", task, hardware)
         try:
             space = ScheduleSpace.from_program(program, task, constraints=generator_constraints(task, program))
             opt = Optimizer(task, program, pool, project, build_policy(space), Budget(evaluations=budget), [watch],

@@ -40,9 +40,9 @@ def add_run_parser(sub: Any) -> None:
                    help="ppo starts from the shipped pretrained weights (or --weights) and keeps learning; "
                         "ppo-untrained from fresh weights")
     p.add_argument("--weights", metavar="FILE", help="PPO weights written by `cuda-agent train`")
-    p.add_argument("--no-memory", action="store_true",
-                   help="ppo does not recall your earlier runs, and this run is not remembered "
-                        "(the memory file: $CUDA_AGENT_MEMORY, else ~/.cuda-agent/memory.json)")
+    p.add_argument("--memory", action="store_true",
+                   help="ppo also recalls your earlier GPU runs, and this run is remembered when it ends "
+                        "(the memory file: $CUDA_AGENT_MEMORY, else ~/.cuda-agent/memory.json; off by default)")
     p.add_argument("--budget", type=int, default=100, help="evaluations (default 100)")
     p.add_argument("--seconds", type=float, help="wall-time budget in seconds")
     p.add_argument("--episode", type=int, default=8, help="edits per episode (default 8)")
@@ -467,7 +467,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                        budget=args.budget, seconds=args.seconds, episode=args.episode, seed=args.seed,
                        replay=list(args.replay), skip_unrecorded=args.skip_unrecorded, device=args.device,
                        weights=args.weights, compile_ahead=args.compile_ahead,
-                       confirm_rounds=args.confirm_rounds, memory=not args.no_memory)
+                       confirm_rounds=args.confirm_rounds, memory=args.memory)
     status = console.status("starting the evaluator and measuring baselines...")
 
     def starting(text: str) -> None:

@@ -10,10 +10,11 @@ each edit's features (features.action_vector), and they rank whole schedules (ra
 the loop's "jump" action (optimizer.py). The PPO scores edits and the jump alike and learned, in
 training, how far to trust them: nothing here chooses what is evaluated.
 
-Besides what the shipped weights remember, a user's own runs are remembered in a memory file
-(`user_memory_path()`: $CUDA_AGENT_MEMORY, else ~/.cuda-agent/memory.json): a run measured on a GPU
-is added when it ends, and a later run's PPO recalls it (core/search/session.py). Benchmarks and
-training never read it, so their figures do not depend on a machine's history.
+Besides what the shipped weights remember, a user's own runs can be remembered in a memory file
+(`user_memory_path()`: $CUDA_AGENT_MEMORY, else ~/.cuda-agent/memory.json): with RunConfig.memory
+(off by default; core/search/session.py) a run measured on a GPU is added when it ends, and a later
+run's PPO recalls it. Benchmarks and training never read it, so their figures do not depend on a
+machine's history.
 
 Similarity is exp(-|d_task - d_entry|^2 / SIMILARITY_SCALE). The scale was chosen on the training
 records alone (leave one task out, docs/search.md, "Memory"): with it, a task of another dtype

@@ -40,8 +40,9 @@ class RunConfig:
     compile_ahead: int = 6                  # predicted next candidates compiled while the GPU measures (0: off)
     confirm_rounds: int = 20                # the best re-measured interleaved with eager at the end (0: off)
     # ppo also recalls the user's remembered runs, and a run measured on a GPU is remembered when it
-    # ends (core/search/memory.py; the file is memory.user_memory_path()). Off for reproducible benchmarks.
-    memory: bool = True
+    # ends (core/search/memory.py; the file is memory.user_memory_path()). Off by default: in a replay
+    # of a user's sequence of tasks it helped some and hurt others (docs/search.md, "Memory").
+    memory: bool = False
 
 
 @dataclass

@@ -24,7 +24,7 @@ BUDGET = 12
 def test_a_short_real_run(name, tmp_path, tmp_cache, own_memory_file):
     project_path = tmp_path / f"{name}.cuagent"
     setup = open_run(RunConfig(task=TASKS / f"{name}.py", project=project_path, policy="ppo", budget=BUDGET,
-                               program=PROGRAMS.get(name), seed=1))
+                               program=PROGRAMS.get(name), seed=1, memory=True))
     legal = len(list(setup.optimizer.space.enumerate()))
     try:
         summary = setup.optimizer.run()
@@ -51,7 +51,8 @@ def test_a_short_real_run(name, tmp_path, tmp_cache, own_memory_file):
               f"eager {eager * 1e3:.1f} us; interleaved: best {interleaved['median_ms'] * 1e3:.1f} us, "
               f"eager {interleaved['eager_ms'] * 1e3:.1f} us")
 
-    # A GPU run is remembered in the memory file (here the test's own) when it has enough schedules.
+    # With memory on, a GPU run is remembered in the memory file (here the test's own) when it has
+    # enough schedules.
     from core.search.memory import MIN_MEASURED, load_memory
 
     if counts.get("measured", 0) >= MIN_MEASURED:
