@@ -15,22 +15,13 @@ import math
 from pathlib import Path
 
 from core.search import memory as memory_module
-from core.search.memory import ScheduleMemory, entry_from_record, vote_score
+from core.search.memory import ScheduleMemory, entry_from_record, measured_schedules, vote_score
 from core.search.training import describe_records, split_records
 
 
 def measured_times(path: Path) -> dict[tuple, float]:
-    from core.program import KernelProgram
-    from core.project import Project
-
-    with Project.open(path, readonly=True) as project:
-        program = KernelProgram.from_json(next(project.candidates(limit=1)).program)
-        times: dict[tuple, float] = {}
-        for rec in project.candidates(status="measured"):
-            if rec.kind == "program" and rec.median_ms is not None and all(k in rec.schedule for k in program.tunables):
-                key = tuple(sorted((k, int(rec.schedule[k])) for k in program.tunables))
-                times[key] = min(times.get(key, math.inf), rec.median_ms)
-    return times
+    measured = measured_schedules(path)
+    return measured[2] if measured is not None else {}
 
 
 def first_hit_rank(memory: ScheduleMemory, entry, times: dict[tuple, float], exclude: set[str]) -> int:

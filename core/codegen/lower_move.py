@@ -44,7 +44,7 @@ from typing import Any
 from core.codegen.cuda_emit import COMPUTE_CTYPE, PRELUDE, STORAGE_CTYPE, literal, load_expr, store_expr
 from core.codegen.errors import CodegenError
 from core.codegen.graph import Graph, Node, Ref
-from core.codegen.lower_pointwise import Lowering, emit_epilogue_chain
+from core.codegen.lower_pointwise import Lowering, emit_epilogue_chain, output_names
 from core.codegen.pointwise_ops import is_pointwise
 from core.codegen.schedule import Knob, ScheduleSpec
 
@@ -278,14 +278,7 @@ def lower_move(graph: Graph, kernel: str) -> Lowering:
     epi = _epilogue(graph, node, n)
     largest = max([n] + [math.prod(inputs[x].shape) for x in names + [v.name for v in epi.extra]])
     idx_t = "int" if largest < INT32_LIMIT else "long long"
-    reserved = set(names) | {v.name for v in epi.extra}
-    outs = []
-    for i, _ in enumerate(graph.outputs):
-        name = "out" if len(graph.outputs) == 1 else f"out{i}"
-        while name in reserved:
-            name += "_"
-        reserved.add(name)
-        outs.append(name)
+    outs = output_names(len(graph.outputs), set(names) | {v.name for v in epi.extra})
     tree = node.attrs["tree"]
     plane = _transpose_plane(tree)
     knobs = list(KNOBS)

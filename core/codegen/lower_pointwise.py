@@ -90,6 +90,19 @@ class _Layout:
         return a.mode == "general" and self.masks[self.mask_of[a.cname]][-1]
 
 
+def output_names(count: int, reserved: set[str]) -> list[str]:
+    """Names for a kernel's output buffers ("out", or "out0", "out1", ...), clear of `reserved` (the
+    group's inputs and other names), which they are added to."""
+    names = []
+    for i in range(count):
+        name = "out" if count == 1 else f"out{i}"
+        while name in reserved:
+            name = "out_" + name
+        reserved.add(name)
+        names.append(name)
+    return names
+
+
 def _layout(shape: tuple[int, ...], out: str, accesses: list[_Access]) -> _Layout:
     general = [a for a in accesses if a.mode == "general"]
     if not general:
@@ -179,13 +192,7 @@ def lower_pointwise(graph: Graph, kernel: str) -> Lowering:
                                f"not broadcast to the output shape {list(shape)}.", task=graph.task)
         accesses.append(_Access(v, _cname("in_", v.name, taken), _mode(aligned, tuple(shape)), aligned))
     reserved = {v.name for v in graph.inputs} | set(graph.constants) | {k.name for k in KNOBS}
-    out_names = []
-    for i, _ in enumerate(graph.outputs):
-        name = "out" if len(graph.outputs) == 1 else f"out{i}"
-        while name in reserved:
-            name = "out_" + name
-        reserved.add(name)
-        out_names.append(name)
+    out_names = output_names(len(graph.outputs), reserved)
     out_cnames = [_cname("o_", n, taken) for n in out_names]
 
     layout = _layout(tuple(shape), out_names[0], accesses)

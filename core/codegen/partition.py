@@ -352,6 +352,12 @@ class _Builder:
     def to_copy(self, name: str, src: Ref, dtype: str, shape: Shape) -> Ref:
         return self.add(name, "_to_copy.default", [src], {"dtype": dtype, **_TO_COPY}, shape, dtype)
 
+    def values(self) -> dict[str, Any]:
+        """Every value so far by name: the graph's inputs and the nodes built."""
+        out: dict[str, Any] = {v.name: v for v in self.graph.inputs}
+        out.update({m.name: m for m in self.nodes})
+        return out
+
 
 def canonicalize(graph: Graph, rows: bool = False) -> Graph:
     """The graph with composite forms rewritten into ops the families lower, dead nodes removed
@@ -449,8 +455,7 @@ def _readers(graph: Graph) -> dict[str, int]:
 
 def _as_move(n: Node, b: _Builder, readers: dict[str, int], outputs: list[str]) -> Node | None:
     """A data-movement op as a ca_move node; an operand that is a ca_move read only here folds in."""
-    values: dict[str, Any] = {v.name: v for v in b.graph.inputs}
-    values.update({m.name: m for m in b.nodes})
+    values = b.values()
     refs = tensor_operands(n)
     if any(r.name not in values for r in refs):
         return None
@@ -469,8 +474,7 @@ def _diagonal_product(b: _Builder, n: Node) -> bool:
     so: I the identity, a constant; x the vector broadcast along one axis): the product is x times B,
     broadcast (x[:, None] * B, or B * x[None, :]). One elementwise pass instead of an n x n matrix
     and a matmul."""
-    values: dict[str, Any] = {v.name: v for v in b.graph.inputs}
-    values.update({m.name: m for m in b.nodes})
+    values = b.values()
     ops = [o for o in n.operands if isinstance(o, Ref)]
     if len(ops) != 2:
         return False
@@ -581,8 +585,8 @@ def _upsample_as_move(n: Node, graph: Graph) -> Node | None:
 
 def _piece_as_move_op(n: Node, graph: Graph) -> Node | None:
     """getitem i of split / split_with_sizes / unbind as the slice or select it is."""
-    src = next((m for m in graph.nodes if m.name == n.operands[0].name), None)
-    if src is None or not src.operands or not isinstance(src.operands[0], Ref):
+    src = graph.value(n.operands[0].name)
+    if not isinstance(src, Node) or not src.operands or not isinstance(src.operands[0], Ref):
         return None
     i = n.attrs.get("index", 0)
     shape = tuple(graph.value(src.operands[0].name).shape)

@@ -204,14 +204,13 @@ def descriptor(task: Any, space: Any) -> list[float]:
     return task_features(task) + program_features(space)
 
 
-def entry_from_record(path: str | Path, min_measured: int = 1) -> MemoryEntry | None:
-    """The near-best schedules of one recorded project (over the knobs of its first candidate's
-    program, the space a search of it walks), or None when it measured fewer than `min_measured`
-    distinct schedules correctly."""
+def measured_schedules(path: str | Path) -> tuple[Any, Any, dict[tuple, float]] | None:
+    """(task, program, times) of a recorded project: its first candidate's program (the space a
+    search of the record walks) and, per distinct schedule over that program's knobs (a sorted
+    tuple of (knob, value)) measured correctly, its fastest median, in the record's order; None
+    when the record does not start with a program."""
     from core.program import KernelProgram
     from core.project import Project
-
-    from .space import ScheduleSpace
 
     with Project.open(path, readonly=True) as project:
         task = project.load_task()
@@ -225,6 +224,19 @@ def entry_from_record(path: str | Path, min_measured: int = 1) -> MemoryEntry | 
                 continue
             key = tuple(sorted((k, int(rec.schedule[k])) for k in program.tunables))
             times[key] = min(times.get(key, math.inf), rec.median_ms)
+    return task, program, times
+
+
+def entry_from_record(path: str | Path, min_measured: int = 1) -> MemoryEntry | None:
+    """The near-best schedules of one recorded project (over the knobs of its first candidate's
+    program, the space a search of it walks), or None when it measured fewer than `min_measured`
+    distinct schedules correctly."""
+    from .space import ScheduleSpace
+
+    measured = measured_schedules(path)
+    if measured is None:
+        return None
+    task, program, times = measured
     if not times or len(times) < min_measured:
         return None
     best = min(times.values())

@@ -90,21 +90,10 @@ def split_records(records: list[RecordInfo], held_out_every: int = 3) -> tuple[l
 def recorded_schedules(path: str | Path) -> list[dict[str, int]]:
     """The distinct schedules a record measured correctly, in the record's order, over the knobs of
     its first candidate's program (the space a search of the record walks)."""
-    from core.program import KernelProgram
-    from core.project import Project
+    from .memory import measured_schedules
 
-    with Project.open(path, readonly=True) as project:
-        first = next(project.candidates(limit=1), None)
-        if first is None or first.kind != "program":
-            return []
-        knobs = KernelProgram.from_json(first.program).tunables
-        out: dict[tuple, dict[str, int]] = {}
-        for rec in project.candidates(status="measured"):
-            if rec.kind != "program" or rec.median_ms is None or any(k not in rec.schedule for k in knobs):
-                continue
-            schedule = {k: int(rec.schedule[k]) for k in sorted(knobs)}
-            out.setdefault(tuple(schedule.items()), schedule)
-    return list(out.values())
+    measured = measured_schedules(path)
+    return [dict(key) for key in measured[2]] if measured is not None else []
 
 
 def train(records: list[RecordInfo], *, rounds: int = 10, budget: int = 40, seed: int = 0, policy: Any = None,
