@@ -38,10 +38,21 @@ def summarise(path: Path) -> dict:
     seconds = (done[-1] - datetime.fromisoformat(recs[0].created_at)).total_seconds()
     gaps = [(b - a).total_seconds() for a, b in zip(done, done[1:])]
     kernel = [r.median_ms for r in recs if r.status == "measured" and r.median_ms]
-    return {"candidates": len(recs), "seconds": seconds, "per_min": len(recs) / seconds * 60 if seconds else None,
+    # Where an evaluation's time goes: the evaluator's own phases (core/evaluation/supervisor.py).
+    phases = [r.extra.get("details", {}).get("seconds") or {} for r in recs if r.status == "measured"]
+    split = {k: statistics.median(p.get(k, 0.0) for p in phases) if phases else None for k in ("check", "judge", "time")}
+    evals = [r.extra["eval_seconds"] for r in recs if r.status == "measured" and r.extra.get("eval_seconds")]
+    return {"eval_s": statistics.median(evals) if evals else None, **split,
+            "candidates": len(recs), "seconds": seconds, "per_min": len(recs) / seconds * 60 if seconds else None,
             "gap_s": statistics.median(gaps), "kernel_us": statistics.median(kernel) * 1e3 if kernel else None,
             "cached": sum(1 for r in recs if r.extra.get("compile_cached")),
             "failed": sum(1 for r in recs if r.status != "measured")}
+
+
+def _phases(s: dict) -> str:
+    if s.get("eval_s") is None:
+        return "-"
+    return f"{s['eval_s']:.3f} ({s.get('check') or 0:.3f} / {s.get('judge') or 0:.3f} / {s.get('time') or 0:.3f})"
 
 
 def main() -> int:
@@ -51,8 +62,8 @@ def main() -> int:
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     lines = ["| task | policy | compile-ahead | candidates | failed | seconds | per minute | median gap s | "
-             "median kernel us | compile already done | wall incl. start s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "median kernel us | compile already done | wall incl. start s | median evaluation s (check / judge / time) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for spec in args.runs:
         task, policy, budget, *rest = spec.split(":")
         ahead = int(rest[0]) if rest else RunConfig.__dataclass_fields__["compile_ahead"].default
@@ -72,7 +83,7 @@ def main() -> int:
         s = summarise(project)
         row = (f"| {task} | {policy} | {ahead} | {s['candidates']} | {s.get('failed', '-')} | "
                f"{s.get('seconds', 0):.1f} | {s.get('per_min') or 0:.0f} | {s.get('gap_s', 0):.3f} | "
-               f"{s.get('kernel_us') or 0:.1f} | {s.get('cached', '-')} | {wall:.1f} |")
+               f"{s.get('kernel_us') or 0:.1f} | {s.get('cached', '-')} | {wall:.1f} | {_phases(s)} |")
         lines.append(row)
         print(row, flush=True)
     table = "\n".join(lines) + "\n"

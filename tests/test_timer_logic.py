@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from core.evaluation import timer as timer_mod
+from core.evaluation.results import stray_suspicious
 from core.evaluation.timer import Timer, TimerSettings
 
 
@@ -157,3 +158,65 @@ def test_runs_that_need_no_stray_time_skip_the_control_timing(sim):
     assert not controls and quick.stray_ms == 0.0 and len(quick.samples_ms) == 2
     full = t.run(call, [x.clone()], [[x]], reps=2, warmup=False, gate_us=30.0)
     assert len(controls) == 1 and full.stray_ms > 0.15
+
+
+def _count_controls(t: Timer) -> list:
+    controls = []
+    real = t._control_gap
+    t._control_gap = lambda *a, **k: controls.append(a) or real(*a, **k)
+    return controls
+
+
+def _kernel(sim: SimGpu, timed_ms: float, side_ms: float = 0.0):
+    out = torch.zeros(4)
+
+    def call():
+        sim.launch(timed_ms, host_cost_ms=0.040)
+        if side_ms:
+            sim.launch_side(side_ms)
+        return [out]
+    return call
+
+
+def test_the_control_gap_is_kept_for_work_of_the_same_length(sim):
+    t = _timer(sim)
+    controls = _count_controls(t)
+    first = _run(t, _kernel(sim, 0.070))
+    second = _run(t, _kernel(sim, 0.072))
+    assert len(controls) == 1                          # the second run used the kept control
+    assert first.stray_ms < 0.002 and second.stray_ms < 0.002
+    _run(t, _kernel(sim, 0.300))
+    assert len(controls) == 2                          # work of another length gets its own
+
+
+def test_a_kept_control_never_hides_side_stream_work(sim):
+    t = _timer(sim)
+    controls = _count_controls(t)
+    _run(t, _kernel(sim, 0.070))
+    cheat = _run(t, _kernel(sim, 0.070, side_ms=0.200))   # same timed length, plus hidden work
+    assert cheat.stray_ms > 0.12 and stray_suspicious(cheat.stray_ms, 0.070), cheat.stray_ms  # 0.2 - 0.07 overlap
+    assert len(controls) == 2                  # the kept control flagged it; a fresh one confirmed
+
+
+def test_a_fresh_control_decides_when_the_kept_one_flags_a_run(sim):
+    t = _timer(sim)
+    controls = _count_controls(t)
+    _run(t, _kernel(sim, 0.070))
+    for key, (_, when) in list(t._controls.items()):
+        t._controls[key] = (0.0, when)             # a kept control far below this host's latency
+    honest = _run(t, _kernel(sim, 0.070))
+    assert len(controls) == 2 and honest.stray_ms < 0.002
+
+
+def test_a_kept_control_is_measured_again_when_it_is_old(sim, monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr(timer_mod.time, "monotonic", lambda: clock[0])
+    t = _timer(sim)
+    controls = _count_controls(t)
+    _run(t, _kernel(sim, 0.070))
+    clock[0] += Timer.CONTROL_MAX_AGE_S / 2
+    _run(t, _kernel(sim, 0.070))
+    assert len(controls) == 1
+    clock[0] += Timer.CONTROL_MAX_AGE_S
+    _run(t, _kernel(sim, 0.070))
+    assert len(controls) == 2

@@ -110,3 +110,8 @@ class EvalResult:
         d = asdict(self)
         d["status"] = self.status.value
         return d
+
+
+def stray_suspicious(stray_ms: float, median_ms: float) -> bool:
+    """Work outside the timed stream: more than 10 us and more than a fifth of the median time."""
+    return stray_ms > max(0.01, 0.2 * median_ms)

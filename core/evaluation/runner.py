@@ -179,6 +179,8 @@ class Runner:
                     self.check_unwritten(outs, poisoned_mask, variant=1, only_floats=True,
                                          also=[poisoned_mask(f, 0) for f in first])
                 for j, (a, b) in enumerate(zip(first, outs)):
+                    if torch.equal(a, b):
+                        continue    # one read of each; close_mask makes float64 copies (~50 passes)
                     n_diff = int((~close_mask(a, b, atol, rtol)).sum())
                     if n_diff:
                         raise CandidateFailure(

@@ -20,7 +20,7 @@ from typing import Any
 
 from . import protocol as P
 from .channel import remove_scratch, scratch_dir
-from .results import Status
+from .results import Status, stray_suspicious
 
 
 class WorkerDied(Exception):
@@ -520,6 +520,5 @@ def _same_prints(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
 
 
 def _stray(timed: P.TimeDone) -> bool:
-    """Work outside the timed stream: more than 10 us and more than a fifth of the median time."""
     median = sorted(timed.samples_ms)[len(timed.samples_ms) // 2]
-    return timed.stray_ms > max(0.01, 0.2 * median)
+    return stray_suspicious(timed.stray_ms, median)
