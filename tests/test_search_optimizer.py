@@ -354,6 +354,48 @@ def test_compile_ahead_predicts_random_search_exactly(task, record, tmp_path, ah
     project.close()
 
 
+@pytest.mark.parametrize("ahead", [4, 6])
+def test_compile_ahead_predicts_into_the_next_episode(task, record, tmp_path, ahead):
+    """A prediction that reaches its episode's end goes on into the next episode, from the branch's
+    best so far: when that is where the loop then starts (no candidate after the prediction became
+    the best), random search's guesses past the boundary are the very candidates it evaluates."""
+    opt, project, _, events = make(task, record, tmp_path, "random", budget=Budget(evaluations=40), episode_length=3)
+    opt.pool = PreparingPool(opt.pool.pool, 0.0)
+    opt.compile_ahead = ahead
+    predicted: list[list[tuple]] = []
+    measure = opt._measure
+
+    def logged(candidate, ahead):
+        predicted.append([tuple(sorted(s.items())) for s in ahead()] if ahead else [])
+        return measure(candidate, ahead)
+
+    opt._measure = logged
+    opt.run()
+    proposed = [e for e in events if isinstance(e, CandidateProposed)]
+    status = {e.candidate_id: e.status for e in events if isinstance(e, CandidateEvaluated)}
+    position = {e.candidate_id: i for i, e in enumerate(proposed)}
+    crossed = 0
+    for j, guesses in enumerate(predicted):
+        if proposed[j].step == opt.episode_length - 1:
+            continue                          # the last edit predicts the restart (_predict_restart)
+        boundary = False
+        for k, guess in enumerate(guesses):   # guess k: the candidate k + 1 evaluations later
+            if j + k + 1 >= len(proposed) or status[proposed[j + k].candidate_id] != "measured":
+                break
+            a, b = proposed[j + k], proposed[j + k + 1]
+            if b.step != a.step + 1:
+                # A new episode: predicted only when it starts from a candidate measured before the
+                # prediction was made (the loop then had no reason to pick another).
+                if (boundary or b.step != 0 or a.step != opt.episode_length - 1
+                        or position.get(b.parent_id, len(proposed)) >= j):
+                    break
+                boundary = True
+            assert guess == tuple(sorted(b.schedule.items())), f"evaluation {j}, guess {k}"
+            crossed += boundary
+    assert crossed >= 3, "no prediction went on into the next episode"
+    project.close()
+
+
 class MovePolicy:
     """Random choices among the allowed entries of a move's mask (edits and "evaluate now"), and
     a note of every mask and transition, so the test sees what the loop offered."""

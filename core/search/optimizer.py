@@ -325,16 +325,18 @@ class Optimizer:
             if outcome != "forked":
                 start = self._next_start(first.branch_id) or first
 
-    def _next_start(self, branch_id: int) -> _Start | None:
+    def _next_start(self, branch_id: int, remember: bool = True) -> _Start | None:
         """The fastest correct candidate of the branch that still has a new neighbour: episodes
-        after the first continue from the best found instead of walking again from the default."""
+        after the first continue from the best found instead of walking again from the default.
+        A prediction passes remember=False: what it assumes known must not mark a start explored."""
         for median, candidate_id, schedule in sorted(self._measured.get(branch_id, []), key=lambda m: m[:2]):
             key = self.space.key(schedule)
             if key in self._explored:
                 continue
             if any(self._proposable(schedule)):
                 return _Start(branch_id, candidate_id, dict(schedule))
-            self._explored.add(key)
+            if remember:
+                self._explored.add(key)
         return None
 
     def _add_measured(self, branch_id: int, rec: CandidateRecord) -> None:
@@ -462,18 +464,27 @@ class Optimizer:
             state = next_state
 
     def _predict(self, schedule: dict[str, int], step: int, last: tuple[str | None, dict | None, float | None],
-                 measuring: dict[str, int] | None = None, limit: int | None = None) -> list[dict[str, int]]:
+                 measuring: dict[str, int] | None = None, limit: int | None = None,
+                 branch_id: int | None = None) -> list[dict[str, int]]:
         """The next `limit` (default compile_ahead) schedules the policy will most likely evaluate from
         `schedule`, if the candidate being measured (`measuring`, default `schedule`) and each one
         predicted after it are correct and as fast as `last` says: moves drawn in a row with a copy of
         the loop's rng, counting the predicted ones as known. For a policy whose choice does not
-        depend on times these are the very draws the loop will make, up to the end of the episode."""
+        depend on times these are the very draws the loop will make, up to the end of the episode.
+        With `branch_id`, a prediction that reaches the episode's end goes on into the next one, from
+        where that one will start if no predicted candidate becomes the branch's best (_loop's pick):
+        a compile that takes longer than a few evaluations then starts in time for it."""
         rng = random.Random()
         rng.setstate(self.rng.getstate())
         out: list[dict[str, int]] = []
         self._assumed_known = {self._hash(schedule), self._hash(measuring or schedule)}
         try:
-            while len(out) < (limit or self.compile_ahead) and step < self.episode_length:
+            while len(out) < (limit or self.compile_ahead):
+                if step >= self.episode_length:
+                    start = self._next_start(branch_id, remember=False) if branch_id is not None else None
+                    if start is None:
+                        break
+                    schedule, step, last, branch_id = start.schedule, 0, ("measured", None, None), None
                 move = self._move(schedule, self._state(schedule, step, *last), last, step, preview=rng)
                 if move is None:
                     break
@@ -506,7 +517,8 @@ class Optimizer:
             if reason:
                 return reason
             result, rec, _ = self._evaluate(self.program.with_schedule(schedule), branch_id, None, "start", -1,
-                                            ahead=lambda: self._predict(schedule, 0, ("measured", None, None)))
+                                            ahead=lambda: self._predict(schedule, 0, ("measured", None, None),
+                                                                        branch_id=branch_id))
             if result is not None:
                 # Not an action, so no policy learns from it; stored like an edit with no time before it.
                 r0 = RewardTracker(self.reward_config).reward(rec.status, rec.median_ms, None, self._eager_ms,
@@ -539,7 +551,7 @@ class Optimizer:
                      "memory: " + ", ".join(f"{k}={v}" for k, v in next_schedule.items() if schedule.get(k) != v))
             if step + 1 < self.episode_length:
                 guess = ("measured", last[1], prev_ms)
-                ahead = lambda: self._predict(next_schedule, step + 1, guess)  # noqa: E731
+                ahead = lambda: self._predict(next_schedule, step + 1, guess, branch_id=branch_id)  # noqa: E731
             else:
                 ahead = lambda: self._predict_restart(branch_id, next_schedule)  # noqa: E731
             result, rec, counted = self._evaluate(candidate, branch_id, parent_id, label, step, ahead)
