@@ -315,6 +315,19 @@ def test_stale_predictions_are_withdrawn_from_the_compile_queue(task, record, tm
     assert set(opt.pool.withdrawn) <= predicted
 
 
+def _log_predictions(opt) -> list[list[tuple]]:
+    """Per evaluation, in order, the schedules the loop predicted (and compiled ahead) meanwhile."""
+    predicted: list[list[tuple]] = []
+    measure = opt._measure
+
+    def logged(candidate, ahead):             # predicting has no side effects: asking twice is safe
+        predicted.append([tuple(sorted(s.items())) for s in ahead()] if ahead else [])
+        return measure(candidate, ahead)
+
+    opt._measure = logged
+    return predicted
+
+
 @pytest.mark.parametrize("ahead", [1, 2, 3])
 def test_compile_ahead_predicts_random_search_exactly(task, record, tmp_path, ahead):
     """Random search's choice ignores times, so the predictions (moves drawn in a row with a copy of
@@ -323,14 +336,7 @@ def test_compile_ahead_predicts_random_search_exactly(task, record, tmp_path, ah
     opt, project, _, events = make(task, record, tmp_path, "random", budget=Budget(evaluations=40), episode_length=3)
     opt.pool = PreparingPool(opt.pool.pool, 0.0)      # the record holds 20 schedules: the run ends "exhausted"
     opt.compile_ahead = ahead
-    predicted: list[list[tuple]] = []                 # per evaluation, in order: what was compiled ahead
-    measure = opt._measure
-
-    def logged(candidate, ahead):             # predicting has no side effects: asking twice is safe
-        predicted.append([tuple(sorted(s.items())) for s in ahead()] if ahead else [])
-        return measure(candidate, ahead)
-
-    opt._measure = logged
+    predicted = _log_predictions(opt)                 # per evaluation, in order: what was compiled ahead
     opt.run()
     proposed = [e for e in events if isinstance(e, CandidateProposed)]
     status = {e.candidate_id: e.status for e in events if isinstance(e, CandidateEvaluated)}
@@ -362,14 +368,7 @@ def test_compile_ahead_predicts_into_the_next_episode(task, record, tmp_path, ah
     opt, project, _, events = make(task, record, tmp_path, "random", budget=Budget(evaluations=40), episode_length=3)
     opt.pool = PreparingPool(opt.pool.pool, 0.0)
     opt.compile_ahead = ahead
-    predicted: list[list[tuple]] = []
-    measure = opt._measure
-
-    def logged(candidate, ahead):
-        predicted.append([tuple(sorted(s.items())) for s in ahead()] if ahead else [])
-        return measure(candidate, ahead)
-
-    opt._measure = logged
+    predicted = _log_predictions(opt)
     opt.run()
     proposed = [e for e in events if isinstance(e, CandidateProposed)]
     status = {e.candidate_id: e.status for e in events if isinstance(e, CandidateEvaluated)}
