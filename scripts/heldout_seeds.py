@@ -15,10 +15,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import statistics
 from pathlib import Path
 
-NEVER = 101      # a trial that never came within 97 % counts as budget + 1
+BUDGET = 100     # evaluations per trial, as `cuda-agent bench-search`'s default
 
 
 def run(out: Path, records: list[str], policies: list[str], seeds: int, weights: str | None) -> None:
@@ -31,7 +30,7 @@ def run(out: Path, records: list[str], policies: list[str], seeds: int, weights:
                 for seed in range(seeds):
                     if (str(record), policy, seed) in done:
                         continue
-                    trial = run_trial(record, policy, seed, 100, weights=weights if policy == "ppo" else None)
+                    trial = run_trial(record, policy, seed, BUDGET, weights=weights if policy == "ppo" else None)
                     f.write(json.dumps(dataclasses.asdict(trial)) + "\n")
                     f.flush()
 
@@ -40,11 +39,9 @@ def read(paths: list[Path]) -> list[dict]:
     return [json.loads(line) for p in paths if p.is_file() for line in p.read_text().splitlines() if line]
 
 
-def evals(trial: dict) -> int:
-    return trial["to_target"] if trial["to_target"] is not None else NEVER
-
-
 def report(trials: list[dict]) -> str:
+    from core.search.benchmark import Trial, median_to_target
+
     policies = list(dict.fromkeys(t["policy"] for t in trials))
     seeds = max(t["seed"] for t in trials) + 1
     cuts = [(f"seeds 0-{n - 1}", 0, n) for n in (5, 10, 20, 30, 50) if n < seeds] + [(f"seeds 0-{seeds - 1}", 0, seeds)]
@@ -52,7 +49,7 @@ def report(trials: list[dict]) -> str:
     lines = ["| trials | " + " | ".join(policies) + " | ppo / random | untrained / ppo |",
              "|---|" + "---|" * (len(policies) + 2)]
     for name, lo, hi in dict.fromkeys(cuts):
-        med = {p: statistics.median(evals(t) for t in trials if t["policy"] == p and lo <= t["seed"] < hi)
+        med = {p: median_to_target([Trial(**t) for t in trials if t["policy"] == p and lo <= t["seed"] < hi], BUDGET)
                for p in policies}
         ratio = f"{100 * med['ppo'] / med['random']:.0f} %" if "ppo" in med and "random" in med else "-"
         x = f"{med['ppo-untrained'] / med['ppo']:.2f}x" if "ppo" in med and "ppo-untrained" in med else "-"
