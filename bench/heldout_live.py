@@ -2,11 +2,13 @@
 
     PYTHONPATH=. python3 bench/heldout_live.py RUNS_DIR ... [--record DIR ...] [--target 0.97]
 
-RUNS_DIR holds one folder per policy with one TASK.cuagent per task (`cuda-agent bench --projects`).
+RUNS_DIR holds one folder per policy with one TASK.cuagent per task (`cuda-agent bench --projects`,
+or one seed's folder of bench/live_seeds.py); several RUNS_DIRs are several runs of each policy.
 For each task: the best time known (the best of every run here and of the recorded projects given
 with --record, e.g. a sweep of the same task), then per policy the evaluations until a candidate ran
-within --target of it (budget + 1 when none did), the best it found, and its candidates per minute
-(first proposal to last verdict). Prints a Markdown table and the medians per policy.
+within --target of it (budget + 1 when none did; with several runs, their median and each), the
+best it found, and its candidates per minute (first proposal to last verdict). Prints a Markdown
+table, the medians per policy over every run, and the ratios ppo / random and untrained / ppo.
 """
 from __future__ import annotations
 
@@ -55,10 +57,11 @@ def main() -> int:
     ap.add_argument("--record", nargs="*", type=Path, default=[])
     ap.add_argument("--target", type=float, default=0.97)
     args = ap.parse_args()
-    runs: dict[str, dict[str, Path]] = {}
+    # task -> policy -> one project per RUNS_DIR (a seed of `bench/live_seeds.py`, or one bench call)
+    runs: dict[str, dict[str, list[Path]]] = {}
     for d in args.runs:
         for path in sorted(d.glob("*/*.cuagent")):
-            runs.setdefault(path.stem, {})[path.parent.name] = path
+            runs.setdefault(path.stem, {}).setdefault(path.parent.name, []).append(path)
     policies = sorted({p for per in runs.values() for p in per})
     lines = ["| task | best known us | " + " | ".join(f"{p}: evals to target | {p}: best us | {p}: per min"
                                                      for p in policies) + " |",
@@ -66,33 +69,48 @@ def main() -> int:
     reached: dict[str, list[int]] = {p: [] for p in policies}
     rates: dict[str, list[float]] = {p: [] for p in policies}
     for task in sorted(runs):
-        series = {p: _times(path) for p, path in runs[task].items()}
-        bests = [min(t for t in times if t is not None) for times, _ in series.values() if any(times)]
+        series = {p: [_times(path) for path in paths] for p, paths in runs[task].items()}
+        bests = [min(t for t in times if t is not None)
+                 for per in series.values() for times, _ in per if any(t is not None for t in times)]
         rec = _record_best(args.record, task)
         known = min(bests + ([rec] if rec is not None else []), default=None)
         if known is None:
             continue
         cells = []
         for p in policies:
-            if p not in series or not series[p][0]:
+            counts, task_rates, ok = [], [], []
+            for times, rate in series.get(p, []):
+                if not times:
+                    continue
+                counts.append(next((i + 1 for i, t in enumerate(times) if t is not None and known / t >= args.target),
+                                   len(times) + 1))
+                if rate:
+                    task_rates.append(rate)
+                ok += [t for t in times if t is not None]
+            if not counts:
                 cells.append("- | - | -")
                 continue
-            times, rate = series[p]
-            n = next((i + 1 for i, t in enumerate(times) if t is not None and known / t >= args.target),
-                     len(times) + 1)
-            reached[p].append(n)
-            if rate:
-                rates[p].append(rate)
-            ok = [t for t in times if t is not None]
-            cells.append(f"{n} | {min(ok) * 1e3:.1f} | {rate:.0f}" if ok and rate else f"{n} | - | -")
+            reached[p] += counts
+            rates[p] += task_rates
+            shown = str(counts[0]) if len(counts) == 1 else \
+                f"{statistics.median(counts):g} ({', '.join(map(str, counts))})"
+            best = f"{min(ok) * 1e3:.1f}" if ok else "-"
+            rate = f"{statistics.median(task_rates):.0f}" if task_rates else "-"
+            cells.append(f"{shown} | {best} | {rate}")
         lines.append(f"| {task} | {known * 1e3:.1f} | " + " | ".join(cells) + " |")
     print("\n".join(lines))
     print()
+    medians = {}
     for p in policies:
         if reached[p]:
-            print(f"{p}: median evaluations to {args.target:.0%} of the best known {statistics.median(reached[p]):g} "
-                  f"over {len(reached[p])} tasks; median {statistics.median(rates[p]) if rates[p] else 0:.0f} "
+            medians[p] = statistics.median(reached[p])
+            print(f"{p}: median evaluations to {args.target:.0%} of the best known {medians[p]:g} "
+                  f"over {len(reached[p])} runs; median {statistics.median(rates[p]) if rates[p] else 0:.0f} "
                   "candidates per minute")
+    if "ppo" in medians and "random" in medians and medians["random"]:
+        print(f"ppo / random: {medians['ppo'] / medians['random']:.0%}")
+    if "ppo" in medians and "ppo-untrained" in medians and medians["ppo"]:
+        print(f"ppo-untrained / ppo: {medians['ppo-untrained'] / medians['ppo']:.2f}x")
     return 0
 
 

@@ -10,10 +10,16 @@ From each project: candidates evaluated, the wall time from the first proposal t
 (the evaluator's start and the baselines come before the first proposal), candidates per minute,
 the median gap between verdicts, the median kernel time, and how many candidates found their
 compile already done (compile-ahead's hits). Prints a Markdown table; writes DIR/throughput.md.
+
+--compile-workers N passes `--compile-workers N` to every run. --fixed-depth runs each through
+bench/fixed_depth_run.py: compile-ahead predicts exactly COMPILE_AHEAD candidates, as before the
+fifteenth session. --fresh-compile-cache empties the compile cache before each run, so no run finds
+another's compiles done (the baselines stay cached).
 """
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import subprocess
 import sys
@@ -26,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from core.project import Project  # noqa: E402
 from core.search.session import RunConfig  # noqa: E402
+from core.toolchain.cache import default_cache_dir  # noqa: E402
 
 
 def summarise(path: Path) -> dict:
@@ -59,7 +66,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", metavar="TASK:POLICY:BUDGET[:AHEAD]")
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--compile-workers", type=int, default=None, metavar="N")
+    ap.add_argument("--fixed-depth", action="store_true", help="predict exactly COMPILE_AHEAD (before 2026-12-05)")
+    ap.add_argument("--fresh-compile-cache", action="store_true", help="empty the compile cache before each run")
     args = ap.parse_args()
+    label = ("fixed" if args.fixed_depth else "") + (f"w{args.compile_workers}" if args.compile_workers else "")
     args.out.mkdir(parents=True, exist_ok=True)
     lines = ["| task | policy | compile-ahead | candidates | failed | seconds | per minute | median gap s | "
              "median kernel us | compile already done | wall incl. start s | median evaluation s (check / judge / time) |",
@@ -69,10 +80,15 @@ def main() -> int:
         ahead = int(rest[0]) if rest else RunConfig.__dataclass_fields__["compile_ahead"].default
         path = Path(task) if task.endswith(".py") else ROOT / "resources" / "tasks" / f"{task}.py"
         task = path.stem
-        project = args.out / f"{task}-{policy}-a{ahead}.cuagent"
+        project = args.out / f"{task}-{policy}-a{ahead}{label}.cuagent"
         project.unlink(missing_ok=True)
-        cmd = [sys.executable, "-m", "core.cli", "run", str(path.resolve()),
+        entry = [str(ROOT / "bench" / "fixed_depth_run.py")] if args.fixed_depth else ["-m", "core.cli"]
+        cmd = [sys.executable, *entry, "run", str(path.resolve()),
                "--policy", policy, "--budget", budget, "--compile-ahead", str(ahead), "--project", str(project)]
+        if args.compile_workers:
+            cmd += ["--compile-workers", str(args.compile_workers)]
+        if args.fresh_compile_cache:
+            shutil.rmtree(default_cache_dir(), ignore_errors=True)
         start = time.monotonic()
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         wall = time.monotonic() - start
@@ -81,7 +97,7 @@ def main() -> int:
             print(f"{spec}: exit {proc.returncode}\n{proc.stderr[-2000:]}", flush=True)
             continue
         s = summarise(project)
-        row = (f"| {task} | {policy} | {ahead} | {s['candidates']} | {s.get('failed', '-')} | "
+        row = (f"| {task} | {policy} | {ahead}{' ' + label if label else ''} | {s['candidates']} | {s.get('failed', '-')} | "
                f"{s.get('seconds', 0):.1f} | {s.get('per_min') or 0:.0f} | {s.get('gap_s', 0):.3f} | "
                f"{s.get('kernel_us') or 0:.1f} | {s.get('cached', '-')} | {wall:.1f} | {_phases(s)} |")
         lines.append(row)

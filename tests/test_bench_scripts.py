@@ -61,7 +61,25 @@ def test_heldout_live_counts_evaluations_to_the_best_known(tmp_path, capsys, mon
     # Best known 1.0 ms: ppo reaches 97 % of it at its 3rd candidate (1.02 ms); random never does
     # (5 candidates: counted as 6). Rates: 4 verdicts in 7 s, 5 in 13 s.
     assert "| act_gelu | 1000.0 | 3 | 1000.0 | 34 | 6 | 1600.0 | 23 |" in out
-    assert "ppo: median evaluations to 97% of the best known 3 over 1 tasks" in out
+    assert "ppo: median evaluations to 97% of the best known 3 over 1 runs" in out
+    assert "ppo / random: 50%" in out
+
+
+def test_heldout_live_takes_one_folder_per_seed(tmp_path, capsys, monkeypatch):
+    for seed, ppo, untrained in ((1, [1.2, 1.0], [1.5, 1.4, 1.3, 1.0]), (2, [1.0], [1.1, 1.05, 1.01]),
+                                 (3, [2.0, 1.5, 1.01], [2.0, 1.9])):
+        for policy, times in (("ppo", ppo), ("ppo-untrained", untrained)):
+            (tmp_path / f"seed{seed}" / policy).mkdir(parents=True)
+            _run(tmp_path / f"seed{seed}" / policy / "act_gelu.cuagent", times, seconds_apart=1)
+    module = _script("heldout_live")
+    monkeypatch.setattr(sys, "argv", ["heldout_live.py", *(str(tmp_path / f"seed{s}") for s in (1, 2, 3))])
+    assert module.main() == 0
+    out = capsys.readouterr().out
+    # Best known 1.0 ms over all runs; per seed ppo needs 2, 1, 3 and the untrained policy 4, 3, 3 (never: 2 + 1).
+    assert "| act_gelu | 1000.0 | 2 (2, 1, 3) | 1000.0 |" in out
+    assert "| 3 (4, 3, 3) | 1000.0 |" in out
+    assert "ppo: median evaluations to 97% of the best known 2 over 3 runs" in out
+    assert "ppo-untrained / ppo: 1.50x" in out
 
 
 def test_sweep_picks_the_default_first_then_distinct_legal_schedules():

@@ -224,9 +224,10 @@ def test_ceilings_and_baselines_cache_round_trip(tmp_cache):
 
 
 @pytest.mark.parametrize("cpus, ahead, workers", [
-    (2, 2, 2), (4, 4, 2),            # small machines keep two compile processes
-    (16, 0, 2), (16, 2, 3), (16, 4, 5), (16, 6, 6), (16, 12, 6),   # one per prediction + the loop's own, capped
-    (32, 4, 5), (32, 20, 14),
+    (2, 2, 2), (4, 4, 2), (8, 6, 2),          # small machines keep two compile processes
+    (12, 6, 6),                                # hosts of 12 or more cores keep six for the rest
+    (16, 0, 2), (16, 1, 5), (16, 2, 9), (16, 6, 10), (16, 12, 10),   # up to 4 x ahead + the loop's own
+    (32, 4, 17), (32, 20, 26),
 ])
 def test_compile_workers_follow_compile_ahead(monkeypatch, cpus, ahead, workers):
     from core.evaluation import evaluator

@@ -1,6 +1,7 @@
 """The optimiser loop driven by a replay pool of made-up test data (see tests/support/replay_run.py)."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sqlite3
@@ -393,6 +394,36 @@ def test_compile_ahead_predicts_into_the_next_episode(task, record, tmp_path, ah
             crossed += boundary
     assert crossed >= 3, "no prediction went on into the next episode"
     project.close()
+
+
+class TimedPreparingPool(PreparingPool):
+    """Reports durations as the Evaluator does: each compile ahead took `compile_s`, each evaluation
+    (its compile already done) `eval_s`."""
+
+    def __init__(self, pool, compile_s, eval_s):
+        super().__init__(pool, 0.0)
+        self.compile_s, self.eval_s = compile_s, eval_s
+
+    def prepare(self, candidate, speculative=False):
+        super().prepare(candidate, speculative)
+        return None, None, {"compile_cached": False, "compile_seconds": self.compile_s}
+
+    def evaluate(self, candidate):
+        return dataclasses.replace(super().evaluate(candidate), eval_seconds=self.eval_s, compile_cached=True)
+
+
+@pytest.mark.parametrize("compile_s, depth", [(0.05, 2), (0.35, 5), (5.0, 8)])
+def test_compile_ahead_looks_further_when_compiles_are_slow(task, record, tmp_path, compile_s, depth):
+    """With compiles of 0.35 s and evaluations of 0.1 s, a compile must start 4 evaluations early:
+    the loop predicts 5 candidates, not the 2 it was given, and never more than 4 x 2."""
+    opt, project, _, events = make(task, record, tmp_path, "random", budget=Budget(evaluations=12), episode_length=8)
+    opt.pool = TimedPreparingPool(opt.pool.pool, compile_s, 0.1)
+    opt.compile_ahead = 2
+    predicted = _log_predictions(opt)
+    opt.run()
+    project.close()
+    assert len(predicted[0]) == 2                       # nothing measured yet: compile_ahead
+    assert max(len(guesses) for guesses in predicted) == depth
 
 
 class MovePolicy:

@@ -53,7 +53,8 @@ def test_a_missing_program_file_is_named(tmp_path):
 
 @pytest.mark.parametrize("change,message", [({"policy": "greedy"}, "unknown policy 'greedy'"),
                                             ({"budget": 0}, "at least 1 evaluation"),
-                                            ({"compile_ahead": -1}, "compile-ahead must be 0 \\(off\\) or more")])
+                                            ({"compile_ahead": -1}, "compile-ahead must be 0 \\(off\\) or more"),
+                                            ({"compile_workers": 0}, "compile-workers must be at least 1")])
 def test_bad_settings_are_refused_before_anything_opens(tmp_path, change, message):
     config = RunConfig(task=TASK_PATH, project=tmp_path / "p.cuagent", **change)
     with pytest.raises(RunSetupError, match=message):
@@ -95,3 +96,46 @@ def test_a_record_of_another_program_is_flagged(tmp_path):
             assert any("another program" in note for note in setup.notes) is warned, setup.notes
         finally:
             setup.close()
+
+
+class _CallersPool:
+    """A caller's warm evaluator stand-in: a replay answers, and closing is recorded."""
+
+    def __init__(self, record: Path, task):
+        from core.search.replay import ReplayPool
+
+        self.replay = ReplayPool.from_files([record])
+        self.task, self.closed = task, False
+        self.gpu = {"name": "Test GPU", "capability": "9.0", "torch": "2.13"}
+
+    def baselines(self):
+        return self.replay.baselines()
+
+    def close(self) -> None:
+        self.closed = True
+
+    def __getattr__(self, name):
+        return getattr(self.replay, name)
+
+
+def test_runs_on_the_callers_evaluator_leave_it_open(tmp_path):
+    from core.project import Project
+
+    record = record_project(tmp_path / "record.cuagent")
+    pool = _CallersPool(record, load_task(TASK_PATH))
+    for seed in (0, 1):
+        path = tmp_path / f"seed{seed}.cuagent"
+        setup = open_run(RunConfig(task=TASK_PATH, project=path, policy="random", budget=5, seed=seed,
+                                   confirm_rounds=0), pool=pool)
+        try:
+            setup.optimizer.run()
+        finally:
+            setup.close()
+        assert not pool.closed
+        with Project.open(path, readonly=True) as project:
+            assert len([r for r in project.candidates() if r.evaluated_at]) == 5
+            assert project.baseline_keys()
+    other = _CallersPool(record, load_task(TASKS / "act_mish.py"))
+    with pytest.raises(RunSetupError, match="not of task 'act_gelu'"):
+        open_run(RunConfig(task=TASK_PATH, project=tmp_path / "x.cuagent"), pool=other)
+    assert not other.closed

@@ -379,8 +379,8 @@ def test_cache_put_enforces_size_cap(tmp_path):
 
 def test_default_cache_dir_follows_env(monkeypatch, tmp_path):
     monkeypatch.setenv("CUDA_AGENT_CACHE", str(tmp_path / "here"))
-    assert default_cache_dir() == tmp_path / "here"
-    assert CompileCache().directory == tmp_path / "here"
+    assert default_cache_dir() == tmp_path / "here" / "compile"     # beside baselines/ and ceilings/
+    assert CompileCache().directory == tmp_path / "here" / "compile"
     monkeypatch.delenv("CUDA_AGENT_CACHE")
     assert default_cache_dir() == Path.home() / ".cache" / "cuda-agent" / "compile"
 
@@ -681,6 +681,24 @@ def test_pool_moves_a_speculative_compile_to_the_front_when_someone_asks_for_it(
         assert not ahead[1].done()
         assert busy.result().ok and all(f.result().ok for f in ahead)      # each compiled once, all answered
         assert pool.submit("sleep:0.6#ahead2", speculative=True) is not joined    # done jobs are forgotten
+
+
+def test_pool_keeps_one_worker_for_compiles_someone_waits_for(fake_compilers):
+    with CompilePool(workers=3, timeout=20.0, cache=None, compile_fn=fake_compilers) as pool:
+        assert pool.reserved_urgent
+        for f in [pool.submit(f"sleep:0.3#warm{i}") for i in range(3)]:     # start all three workers
+            assert f.result().ok
+        assert None not in pool.worker_pids()
+        ahead = [pool.submit(f"sleep:1.5#ahead{i}", speculative=True) for i in range(4)]
+        time.sleep(0.2)
+        start = time.perf_counter()
+        urgent = pool.compile("sleep:0.1#urgent")                  # nobody predicted it
+        waited = time.perf_counter() - start
+        assert urgent.ok and waited < 0.8                          # not behind a 1.5 s prediction
+        assert sum(f.running() for f in ahead) == 2                # predictions never took the third
+        assert all(f.result().ok for f in ahead)
+    with CompilePool(workers=2, timeout=20.0, cache=None, compile_fn=fake_compilers) as small:
+        assert not small.reserved_urgent                           # two workers: both compile ahead
 
 
 def test_pool_withdraws_a_queued_speculative_compile_but_not_one_someone_waits_for(fake_compilers):

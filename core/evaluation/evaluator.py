@@ -77,11 +77,15 @@ def replay_reason(seen_ms: float, unseen_samples_ms: list[float], ratio: float) 
 
 
 def default_compile_workers(compile_ahead: int = 6) -> int:
-    """NVRTC processes for a loop that compiles `compile_ahead` predicted candidates while the GPU
-    measures: one each, plus one for the loop's own compile. At most half the cores less two (a
-    quarter on small machines), so the evaluator and the loop keep theirs; never fewer than two."""
+    """NVRTC processes for a loop that compiles predicted candidates while the GPU measures (up to
+    4 x `compile_ahead` of them when compiles are slow; optimizer.AHEAD_MAX_FACTOR), plus the loop's
+    own compile. All cores but six on hosts of 12 or more: the GPU runner, the judge, the
+    supervisor, the loop and its measuring thread keep one each, and the rest compile (a 16-core
+    host gets 10). Half the cores less two on smaller hosts (a quarter on small ones); never
+    fewer than two."""
     cpus = os.cpu_count() or 2
-    return max(2, min(compile_ahead + 1, max(cpus // 4, cpus // 2 - 2)))
+    spare = cpus - 6 if cpus >= 12 else max(cpus // 4, cpus // 2 - 2)
+    return max(2, min(4 * compile_ahead + 1, spare))
 
 
 class Evaluator:

@@ -54,7 +54,10 @@ def add_run_parser(sub: Any) -> None:
     p.add_argument("--device", type=int, default=0, help="GPU index when not replaying")
     p.add_argument("--compile-ahead", type=int, default=RunConfig.compile_ahead, metavar="N",
                    help=f"candidates predicted and compiled while the GPU measures (default {RunConfig.compile_ahead}; "
-                        "0: off)")
+                        "0: off); up to 4x as many when compiles take longer than N evaluations")
+    p.add_argument("--compile-workers", type=int, default=None, metavar="N",
+                   help="NVRTC compile processes (default: all cores but six on hosts of 12 or more, "
+                        "fewer on small ones)")
     p.add_argument("--confirm-rounds", type=int, default=RunConfig.confirm_rounds, metavar="N",
                    help="after the last candidate, re-measure the best in N rounds interleaved with eager "
                         f"(default {RunConfig.confirm_rounds}; 0: off; GPU runs only)")
@@ -467,7 +470,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                        budget=args.budget, seconds=args.seconds, episode=args.episode, seed=args.seed,
                        replay=list(args.replay), skip_unrecorded=args.skip_unrecorded, device=args.device,
                        weights=args.weights, compile_ahead=args.compile_ahead,
-                       confirm_rounds=args.confirm_rounds, memory=args.memory)
+                       compile_workers=args.compile_workers, confirm_rounds=args.confirm_rounds,
+                       memory=args.memory)
     status = console.status("starting the evaluator and measuring baselines...")
 
     def starting(text: str) -> None:

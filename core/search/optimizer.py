@@ -15,8 +15,10 @@ from __future__ import annotations
 import json
 import math
 import random
+import statistics
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
@@ -33,6 +35,9 @@ from .reward import RewardConfig, RewardTracker
 from .space import ScheduleSpace
 
 EXHAUSTION_CHECK_LIMIT = 4096   # knob-value combinations up to which the optimizer lists the space
+# Compile-ahead looks further than compile_ahead candidates when compiles are slow compared with
+# evaluations, up to this many times compile_ahead.
+AHEAD_MAX_FACTOR = 4
 FINAL = ("measured", "compile_error", "wrong", "crashed", "timeout", "rejected")
 
 
@@ -88,7 +93,10 @@ class Optimizer:
         # `compile_ahead` candidates the policy is likely to propose next and compiles them on CPU
         # workers through pool.prepare (the Evaluator's compile step, which fills the compile cache
         # and joins a compile already in flight), so the next evaluation finds its cubin ready.
+        # When a compile takes longer than that many evaluations, it looks further (_ahead_depth).
         self.compile_ahead = compile_ahead if hasattr(pool, "prepare") else 0
+        self._compile_seconds: deque[float] = deque(maxlen=32)    # recent compiles that ran (not cached)
+        self._gpu_seconds: deque[float] = deque(maxlen=32)        # recent evaluations less their compile
         # After the last candidate, the best is re-measured in `confirm_rounds` rounds interleaved
         # with eager (pools that can: the GPU evaluator); 0: not.
         self.confirm_rounds = confirm_rounds if hasattr(pool, "remeasure") else 0
@@ -479,7 +487,8 @@ class Optimizer:
         out: list[dict[str, int]] = []
         self._assumed_known = {self._hash(schedule), self._hash(measuring or schedule)}
         try:
-            while len(out) < (limit or self.compile_ahead):
+            depth = limit or self._ahead_depth()
+            while len(out) < depth:
                 if step >= self.episode_length:
                     start = self._next_start(branch_id, remember=False) if branch_id is not None else None
                     if start is None:
@@ -494,6 +503,27 @@ class Optimizer:
         finally:
             self._assumed_known = set()
         return out
+
+    def _ahead_depth(self) -> int:
+        """Candidates to predict: compile_ahead, or enough that a compile started now (of mean length,
+        as the slow ones are the ones waited for) ends before the loop reaches its candidate, at the
+        median pace of evaluations; at most AHEAD_MAX_FACTOR times compile_ahead."""
+        if len(self._compile_seconds) < 3 or len(self._gpu_seconds) < 3:
+            return self.compile_ahead
+        compile_s = statistics.fmean(self._compile_seconds)
+        gpu_s = max(statistics.median(self._gpu_seconds), 1e-3)
+        return max(self.compile_ahead, min(self.compile_ahead * AHEAD_MAX_FACTOR, math.ceil(compile_s / gpu_s) + 1))
+
+    def _note_durations(self, status: Any, info: dict[str, Any], eval_seconds: float | None = None) -> None:
+        """Remember how long a compile that ran took and, for a correct candidate, how long its
+        evaluation took besides that compile (what _ahead_depth weighs)."""
+        compiled = not info.get("compile_cached", True) and info.get("compile_seconds", 0.0) > 0
+        if compiled:
+            self._compile_seconds.append(float(info["compile_seconds"]))
+        if eval_seconds and getattr(status, "value", status) == "measured":
+            gpu = eval_seconds - (float(info["compile_seconds"]) if compiled else 0.0)
+            if gpu > 0:
+                self._gpu_seconds.append(gpu)
 
     def _predict_restart(self, branch_id: int, measuring: dict[str, int]) -> list[dict[str, int]]:
         """At an episode's last edit: the next episode's first move, from where that episode will most
@@ -643,11 +673,17 @@ class Optimizer:
             self._compile_ahead(ahead())
         except Exception:
             pass     # a prediction must never cost the measurement
-        return measuring.result()
+        result = measuring.result()
+        self._note_durations(getattr(result, "status", None),
+                             {"compile_cached": getattr(result, "compile_cached", True),
+                              "compile_seconds": getattr(result, "compile_seconds", 0.0)},
+                             getattr(result, "eval_seconds", None))
+        return result
 
     def _compile_ahead(self, schedules: list[dict[str, int]]) -> None:
         if self._compiler is None:
-            self._compiler = ThreadPoolExecutor(max(1, self.compile_ahead), thread_name_prefix="compile-ahead")
+            self._compiler = ThreadPoolExecutor(max(1, self.compile_ahead * AHEAD_MAX_FACTOR),
+                                                thread_name_prefix="compile-ahead")
         wanted = {self._hash(schedule): schedule for schedule in schedules}
         for h, future in list(self._ahead.items()):
             if h in wanted:
@@ -678,9 +714,12 @@ class Optimizer:
 
     def _prepare_quietly(self, candidate: Any) -> None:
         try:
-            self.pool.prepare(candidate, speculative=True)
+            prepared = self.pool.prepare(candidate, speculative=True)
         except Exception:
-            pass     # the real evaluation reports any problem with this candidate
+            return     # the real evaluation reports any problem with this candidate
+        # The Evaluator answers (artifact, failure, info); info says how long the compile took.
+        if isinstance(prepared, tuple) and len(prepared) == 3 and isinstance(prepared[2], dict):
+            self._note_durations(None, prepared[2])
 
     def _close_compiler(self) -> None:
         if self._compiler is not None:

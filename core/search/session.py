@@ -37,7 +37,9 @@ class RunConfig:
     skip_unrecorded: bool = False
     device: int = 0
     weights: str | Path | None = None       # PPO weights to start from (default: the shipped pretrained ones)
-    compile_ahead: int = 6                  # predicted next candidates compiled while the GPU measures (0: off)
+    compile_ahead: int = 6                  # predicted next candidates compiled while the GPU measures (0: off;
+                                            # up to 4x as many when compiles are slow)
+    compile_workers: int | None = None      # NVRTC processes (None: evaluator.default_compile_workers)
     confirm_rounds: int = 20                # the best re-measured interleaved with eager at the end (0: off)
     # ppo also recalls the user's remembered runs, and a run measured on a GPU is remembered when it
     # ends (core/search/memory.py; the file is memory.user_memory_path()). Off by default: in a replay
@@ -54,10 +56,12 @@ class RunSetup:
     notes: list[str] = field(default_factory=list)
     remember_to: Path | None = None      # the memory file this run is added to when it closes
     remembered: str | None = None        # what closing did with the memory, for the user (None: nothing)
+    owns_pool: bool = True               # False: the caller gave the pool and closes it
 
     def close(self) -> None:
-        """Close the pool (stops evaluator processes) and the project; then remember the run."""
-        close = getattr(self.pool, "close", None)
+        """Close the pool (stops evaluator processes) unless the caller owns it, and the project;
+        then remember the run."""
+        close = getattr(self.pool, "close", None) if self.owns_pool else None
         try:
             if close:
                 close()
@@ -100,8 +104,11 @@ def default_program(task_name: str) -> Path:
 
 
 def open_run(config: RunConfig, observers: list[Callable[[Any], None]] | None = None,
-             starting: Callable[[str], None] | None = None) -> RunSetup:
-    """Everything the run needs; `starting(text)` is told about slow steps (evaluator start-up)."""
+             starting: Callable[[str], None] | None = None, pool: Any | None = None) -> RunSetup:
+    """Everything the run needs; `starting(text)` is told about slow steps (evaluator start-up).
+
+    `pool`: a started Evaluator of this task that the caller owns and closes (several runs on one
+    warm evaluator, e.g. policies and seeds compared back to back); None starts one (or replays)."""
     from core.project import Project, ProjectError
     from core.tasks import TaskError, load_task
 
@@ -117,6 +124,8 @@ def open_run(config: RunConfig, observers: list[Callable[[Any], None]] | None = 
         raise RunSetupError(f"the budget must be at least 1 evaluation, not {config.budget}")
     if config.compile_ahead < 0:
         raise RunSetupError(f"compile-ahead must be 0 (off) or more candidates, not {config.compile_ahead}")
+    if config.compile_workers is not None and config.compile_workers < 1:
+        raise RunSetupError(f"compile-workers must be at least 1, not {config.compile_workers}")
     if config.confirm_rounds < 0:
         raise RunSetupError(f"confirm-rounds must be 0 (off) or more rounds, not {config.confirm_rounds}")
     try:
@@ -131,12 +140,15 @@ def open_run(config: RunConfig, observers: list[Callable[[Any], None]] | None = 
         project = Project.open(path) if path.exists() else Project.create(path, task)
     except (ProjectError, OSError) as exc:
         raise RunSetupError(f"project error: {exc}") from None
-    setup = RunSetup(None, project, None, bool(config.replay))
+    setup = RunSetup(None, project, None, bool(config.replay), owns_pool=pool is None)
     try:                        # on any failure, close what was opened (setup.close skips a missing pool)
         if project.task_hash != task.hash:
             raise RunSetupError(f"project error: {config.project} belongs to task '{project.task_name}' with "
                                 f"different source than {config.task}; use another project file.")
-        setup.pool, setup.notes = _pool(config, task, project, starting)
+        if pool is None:
+            setup.pool, setup.notes = _pool(config, task, project, starting)
+        else:
+            setup.pool = _adopt(pool, task, project)
         setup.notes.insert(0, program_note)
         space = ScheduleSpace.from_program(program, task, constraints=constraints)
         if isinstance(setup.pool, ReplayPool) and \
@@ -210,6 +222,17 @@ def _program(config: RunConfig, task: Any) -> tuple[Any, list[Any], str]:
     return program, [], f"tuning the program {program_path}"
 
 
+def _adopt(pool: Any, task: Any, project: Any) -> Any:
+    """The caller's started evaluator, checked to be of this task; the project gets its GPU and baselines."""
+    from core.evaluation.gpuinfo import gpu_key
+
+    if getattr(pool, "task", None) is None or pool.task.hash != task.hash:
+        raise RunSetupError(f"the evaluator given is not of task '{task.name}'")
+    project.set_hardware(pool.gpu)
+    project.set_baselines(gpu_key(pool.gpu), pool.baselines())
+    return pool
+
+
 def _pool(config: RunConfig, task: Any, project: Any, starting: Callable[[str], None] | None) -> tuple[Any, list[str]]:
     from core.project import ProjectError
 
@@ -237,7 +260,8 @@ def _pool(config: RunConfig, task: Any, project: Any, starting: Callable[[str], 
                             "(--replay FILE, or Replay in the app's run settings).", EXIT_UNAVAILABLE)
     if starting:
         starting("starting the evaluator and measuring baselines...")
-    ev = Evaluator(task, config.device, compile_workers=default_compile_workers(config.compile_ahead))
+    ev = Evaluator(task, config.device,
+                   compile_workers=config.compile_workers or default_compile_workers(config.compile_ahead))
     try:
         ev.start()
         project.set_hardware(ev.gpu)

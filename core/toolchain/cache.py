@@ -32,10 +32,10 @@ CACHEABLE_STATUSES = ("ok", "error")
 
 
 def default_cache_dir() -> Path:
-    env = os.environ.get("CUDA_AGENT_CACHE")
-    if env:
-        return Path(env).expanduser()
-    return Path.home() / ".cache" / "cuda-agent" / "compile"
+    """`compile` under the one cache root of every cuda-agent cache (env CUDA_AGENT_CACHE, default
+    ~/.cache/cuda-agent; baselines and ceilings live beside it: core.evaluation.roofline.cache_root)."""
+    root = os.environ.get("CUDA_AGENT_CACHE")
+    return (Path(root).expanduser() if root else Path.home() / ".cache" / "cuda-agent") / "compile"
 
 
 def compile_key(source: str, options: Iterable[str], arch: str, nvrtc_version: str | None,

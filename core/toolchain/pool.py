@@ -183,6 +183,10 @@ class _Job:
 
 # Queue priorities: shutdown first, then compiles someone waits for, then speculative ones.
 _STOP, _URGENT, _SPECULATIVE = -1, 0, 1
+# From this many workers on, one worker takes only compiles someone waits for: speculative ones
+# (compile-ahead's predictions) can fill the others, but a candidate nobody predicted never waits
+# for a stale prediction's compile to finish before its own can start.
+RESERVE_URGENT_FROM = 3
 
 
 class CompilePool:
@@ -211,6 +215,10 @@ class CompilePool:
         # (priority, sequence, job or None to stop a dispatcher): a compile the caller waits for
         # overtakes queued speculative ones (compile-ahead's predictions).
         self._jobs: queue.PriorityQueue[tuple[int, int, _Job | None]] = queue.PriorityQueue()
+        # Urgent jobs are also queued here, for the reserved worker; whichever dispatcher takes a
+        # job first runs it, the other skips it (_Job.taken).
+        self._urgent_jobs: queue.Queue[tuple[int, int, _Job | None]] = queue.Queue()
+        self.reserved_urgent = self.workers >= RESERVE_URGENT_FROM
         self._sequence = itertools.count()
         self._slots = [_Slot(self._ctx, self.compile_fn, i) for i in range(self.workers)]
         self._threads: list[threading.Thread] = []
@@ -246,7 +254,7 @@ class CompilePool:
             if queued is not None and not queued.future.cancelled():
                 if queued.speculative and not speculative and not queued.taken:
                     queued.speculative = False      # now someone waits for it: queue it again, in front
-                    self._jobs.put((_URGENT, next(self._sequence), queued))
+                    self._queue(_URGENT, queued)
                 return queued.future
             self._start_dispatchers()
             future = Future()
@@ -254,8 +262,14 @@ class CompilePool:
             job = _Job(future, payload, key, str(arch), cacheable, speculative)
             self._inflight[key] = job
             future.add_done_callback(lambda f, key=key: self._forget(key, f))
-            self._jobs.put((_SPECULATIVE if speculative else _URGENT, next(self._sequence), job))
+            self._queue(_SPECULATIVE if speculative else _URGENT, job)
         return future
+
+    def _queue(self, priority: int, job: _Job) -> None:
+        entry = (priority, next(self._sequence), job)
+        self._jobs.put(entry)
+        if priority == _URGENT and self.reserved_urgent:
+            self._urgent_jobs.put(entry)
 
     def withdraw(self, source: str, *, arch: str = "sm_90", options: Iterable[str] = (),
                  filename: str = "kernel.cu") -> bool:
@@ -290,15 +304,17 @@ class CompilePool:
             if self._closed:
                 return
             self._closed = True
-            while True:
-                try:
-                    _, _, job = self._jobs.get_nowait()
-                except queue.Empty:
-                    break
-                if job is not None:
-                    job.future.cancel()
+            for jobs in (self._jobs, self._urgent_jobs):
+                while True:
+                    try:
+                        _, _, job = jobs.get_nowait()
+                    except queue.Empty:
+                        break
+                    if job is not None:
+                        job.future.cancel()
             for _ in self._threads:
                 self._jobs.put((_STOP, next(self._sequence), None))
+            self._urgent_jobs.put((_STOP, next(self._sequence), None))
         for slot in self._slots:
             with slot._lock:
                 slot.closed = True
@@ -314,18 +330,21 @@ class CompilePool:
 
     # -- internals ---------------------------------------------------------------------------
     def _start_dispatchers(self) -> None:
-        """Threads start with the first job; each owns one slot, whose worker starts on its first job."""
+        """Threads start with the first job; each owns one slot, whose worker starts on its first job.
+        With reserved_urgent, the last slot's thread serves only the urgent queue."""
         if self._threads:
             return
         for slot in self._slots:
-            thread = threading.Thread(target=self._dispatch, args=(slot,), daemon=True,
+            reserved = self.reserved_urgent and slot is self._slots[-1]
+            jobs = self._urgent_jobs if reserved else self._jobs
+            thread = threading.Thread(target=self._dispatch, args=(slot, jobs), daemon=True,
                                       name=f"cuda-agent-compile-dispatch-{slot._index}")
             thread.start()
             self._threads.append(thread)
 
-    def _dispatch(self, slot: _Slot) -> None:
+    def _dispatch(self, slot: _Slot, jobs: queue.Queue) -> None:
         while True:
-            _, _, job = self._jobs.get()
+            _, _, job = jobs.get()
             if job is None:
                 return
             with self._lock:
