@@ -393,6 +393,16 @@ def test_compile_ahead_predicts_into_the_next_episode(task, record, tmp_path, ah
             assert guess == tuple(sorted(b.schedule.items())), f"evaluation {j}, guess {k}"
             crossed += boundary
     assert crossed >= 3, "no prediction went on into the next episode"
+    # The last edit predicts as deep: past the next episode's first move, when that episode starts
+    # from a candidate measured before the prediction (so the withdrawal of queued compiles spares them).
+    deep = 0
+    for j, e in enumerate(proposed[:-2]):
+        first, second = proposed[j + 1], proposed[j + 2]
+        if (e.step == opt.episode_length - 1 and first.step == 0 and second.step == 1
+                and status[first.candidate_id] == "measured" and position.get(first.parent_id, j) < j):
+            assert tuple(sorted(second.schedule.items())) in predicted[j], f"restart after evaluation {j}"
+            deep += 1
+    assert deep >= 1
     project.close()
 
 
@@ -422,8 +432,10 @@ def test_compile_ahead_looks_further_when_compiles_are_slow(task, record, tmp_pa
     predicted = _log_predictions(opt)
     opt.run()
     project.close()
+    proposed = [e for e in events if isinstance(e, CandidateProposed)]
     assert len(predicted[0]) == 2                       # nothing measured yet: compile_ahead
-    assert max(len(guesses) for guesses in predicted) == depth
+    # (an episode's last edit predicts the next episode's first moves from two starts, then as deep)
+    assert max(len(guesses) for e, guesses in zip(proposed, predicted) if e.step < opt.episode_length - 1) == depth
 
 
 class MovePolicy:

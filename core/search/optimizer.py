@@ -525,16 +525,22 @@ class Optimizer:
             if gpu > 0:
                 self._gpu_seconds.append(gpu)
 
-    def _predict_restart(self, branch_id: int, measuring: dict[str, int]) -> list[dict[str, int]]:
+    def _predict_restart(self, branch_id: int, measuring: dict[str, int],
+                         last: tuple[str | None, dict | None, float | None]) -> list[dict[str, int]]:
         """At an episode's last edit: the next episode's first move, from where that episode will most
         likely start (the branch's best measured candidate with a new neighbour, as _loop picks it),
-        and from the candidate being measured, should it become the best."""
+        and from the candidate being measured, should it become the best; then the moves after the
+        first from the likelier start, as deep as any other prediction (a shorter list here would
+        withdraw the compiles queued for them one evaluation earlier)."""
         best = self._next_start(branch_id)
         out: list[dict[str, int]] = []
         for start in ([best.schedule] if best else []) + [measuring]:
             for schedule in self._predict(start, 0, ("measured", None, None), measuring, limit=1):
                 if schedule not in out:
                     out.append(schedule)
+        for schedule in self._predict(measuring, self.episode_length, last, branch_id=branch_id):
+            if schedule not in out:
+                out.append(schedule)
         return out
 
     def _episode(self, start: _Start, started: float) -> str:
@@ -583,7 +589,7 @@ class Optimizer:
                 guess = ("measured", last[1], prev_ms)
                 ahead = lambda: self._predict(next_schedule, step + 1, guess, branch_id=branch_id)  # noqa: E731
             else:
-                ahead = lambda: self._predict_restart(branch_id, next_schedule)  # noqa: E731
+                ahead = lambda: self._predict_restart(branch_id, next_schedule, last)  # noqa: E731
             result, rec, counted = self._evaluate(candidate, branch_id, parent_id, label, step, ahead)
             new += counted
             median = rec.median_ms if rec.status == "measured" else None
