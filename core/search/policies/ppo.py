@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import math
 import random
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -76,6 +77,23 @@ class ActorCritic(nn.Module):
         pairs = torch.cat([h.unsqueeze(1).expand(-1, actions.shape[1], -1), e], dim=-1)
         logits = (self.scorer(pairs).squeeze(-1) / temperature).masked_fill(~mask, float("-inf"))
         return torch.distributions.Categorical(logits=logits), self.critic(h).squeeze(-1)
+
+
+def gumbel_max(probs: list[float], mask: list[bool], rng: random.Random) -> int:
+    """A draw from `probs` over the allowed actions: argmax of log p + Gumbel noise, one uniform per
+    action from the caller's rng (runs reproduce independent of torch's global state). Unlike one
+    uniform through the cumulative sum, the same noise picks the same action when the probabilities
+    move a little, so compile-ahead's previews, made before the time being measured is known, agree
+    more often with the draw the loop makes once it is."""
+    best, best_score = None, -math.inf
+    for i, (p, ok) in enumerate(zip(probs, mask)):
+        u = rng.random()                    # drawn for every action, so the rng advances the same way
+        if ok and p > 0.0:
+            score = math.log(p) - math.log(-math.log(max(u, 1e-300)))
+            if score > best_score:
+                best, best_score = i, score
+    # Every allowed probability rounded to zero: the likeliest allowed action, never a masked one.
+    return best if best is not None else max(allowed(mask), key=lambda i: probs[i])
 
 
 def gae(rewards: list[float], values: list[float], dones: list[bool], gamma: float, lam: float,
@@ -147,11 +165,8 @@ class PPOPolicy(Policy):
         x, acts, m = self._tensors(state, mask)
         with torch.no_grad():
             dist, value = self.net(x[None], acts[None], m[None], temperature=self.config.temperature)
-            # Sample with the caller's rng so runs are reproducible independent of torch's global state.
             probs = dist.probs[0].tolist()
-            action = rng.choices(range(len(mask)), weights=probs)[0]
-            if not mask[action]:          # zero-probability pick by float rounding: never allowed
-                action = max(allowed(mask), key=lambda i: probs[i])
+            action = gumbel_max(probs, mask, rng)
             logp = float(dist.log_prob(torch.tensor([action]))[0])
         return {"x": x, "acts": acts, "mask": m, "action": action, "logp": logp, "value": float(value[0])}
 
