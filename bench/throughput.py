@@ -9,7 +9,14 @@ one after another on one GPU.
 From each project: candidates evaluated, the wall time from the first proposal to the last verdict
 (the evaluator's start and the baselines come before the first proposal), candidates per minute,
 the median gap between verdicts, the median kernel time, and how many candidates found their
-compile already done (compile-ahead's hits). Prints a Markdown table; writes DIR/throughput.md.
+compile already done (compile-ahead's hits), the pauses over 0.4 s between verdicts, and, with
+--fresh-compile-cache, how long NVRTC took for every compile of the run (the compile cache keeps
+each one's time), so a slow run shows whether NVRTC was slow or the predictions missed. Prints a
+Markdown table; writes DIR/throughput.md.
+
+--repeat N runs the whole list N times in turn (projects NAME-rK), so a spread between runs shows
+beside the difference between tasks or settings; --deadline SECONDS starts no run after that many
+seconds. The table is rewritten after every run, and gives the host's load average just before it.
 
 --compile-workers N passes `--compile-workers N` to every run. --fixed-depth runs each through
 bench/fixed_depth_run.py: compile-ahead predicts exactly COMPILE_AHEAD candidates, as before the
@@ -19,6 +26,8 @@ another's compiles done (the baselines stay cached).
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -51,9 +60,34 @@ def summarise(path: Path) -> dict:
     evals = [r.extra["eval_seconds"] for r in recs if r.status == "measured" and r.extra.get("eval_seconds")]
     return {"eval_s": statistics.median(evals) if evals else None, **split,
             "candidates": len(recs), "seconds": seconds, "per_min": len(recs) / seconds * 60 if seconds else None,
-            "gap_s": statistics.median(gaps), "kernel_us": statistics.median(kernel) * 1e3 if kernel else None,
+            "gap_s": statistics.median(gaps), "slow_gaps": [g for g in gaps if g > 0.4],
+            "kernel_us": statistics.median(kernel) * 1e3 if kernel else None,
             "cached": sum(1 for r in recs if r.extra.get("compile_cached")),
             "failed": sum(1 for r in recs if r.status != "measured")}
+
+
+def nvrtc_times(cache_dir: Path) -> list[float]:
+    """Seconds of every compile stored in a compile cache (core/toolchain/cache.py's entries)."""
+    times = []
+    for meta in cache_dir.glob("*/*.json"):
+        try:
+            seconds = json.loads(meta.read_text()).get("compile_seconds")
+        except (OSError, ValueError):
+            continue
+        if isinstance(seconds, (int, float)):
+            times.append(float(seconds))
+    return times
+
+
+def _nvrtc(times: list[float]) -> str:
+    if not times:
+        return "-"
+    ordered = sorted(times)
+    return f"{len(ordered)}: {statistics.median(ordered):.2f} / {ordered[int(0.9 * (len(ordered) - 1))]:.2f}"
+
+
+def _task_path(task: str) -> Path:
+    return Path(task) if task.endswith(".py") else ROOT / "resources" / "tasks" / f"{task}.py"
 
 
 def _phases(s: dict) -> str:
@@ -69,18 +103,31 @@ def main() -> int:
     ap.add_argument("--compile-workers", type=int, default=None, metavar="N")
     ap.add_argument("--fixed-depth", action="store_true", help="predict exactly COMPILE_AHEAD (before 2026-12-05)")
     ap.add_argument("--fresh-compile-cache", action="store_true", help="empty the compile cache before each run")
+    ap.add_argument("--repeat", type=int, default=1, metavar="N", help="run the list N times in turn")
+    ap.add_argument("--deadline", type=float, default=float("inf"), metavar="SECONDS",
+                    help="start no run after this many seconds")
     args = ap.parse_args()
+    missing = [spec for spec in args.runs if not _task_path(spec.split(":")[0]).is_file()]
+    if missing:
+        print(f"no such task: {', '.join(missing)} (an example task's name in resources/tasks, or a task file)")
+        return 2
     label = ("fixed" if args.fixed_depth else "") + (f"w{args.compile_workers}" if args.compile_workers else "")
     args.out.mkdir(parents=True, exist_ok=True)
     lines = ["| task | policy | compile-ahead | candidates | failed | seconds | per minute | median gap s | "
-             "median kernel us | compile already done | wall incl. start s | median evaluation s (check / judge / time) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for spec in args.runs:
+             "median kernel us | compile already done | gaps > 0.4 s (s) | NVRTC compiles: n: median / p90 s | "
+             "load before | wall incl. start s | median evaluation s (check / judge / time) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    began = time.monotonic()
+    for round_, spec in ((r, spec) for r in range(args.repeat) for spec in args.runs):
+        if time.monotonic() - began >= args.deadline:
+            print(f"deadline: {spec} (round {round_ + 1}) and later runs not started", flush=True)
+            break
         task, policy, budget, *rest = spec.split(":")
         ahead = int(rest[0]) if rest else RunConfig.__dataclass_fields__["compile_ahead"].default
-        path = Path(task) if task.endswith(".py") else ROOT / "resources" / "tasks" / f"{task}.py"
+        path = _task_path(task)
         task = path.stem
-        project = args.out / f"{task}-{policy}-a{ahead}{label}.cuagent"
+        repeat = f"-r{round_ + 1}" if args.repeat > 1 else ""
+        project = args.out / f"{task}-{policy}-a{ahead}{label}{repeat}.cuagent"
         project.unlink(missing_ok=True)
         entry = [str(ROOT / "bench" / "fixed_depth_run.py")] if args.fixed_depth else ["-m", "core.cli"]
         cmd = [sys.executable, *entry, "run", str(path.resolve()),
@@ -89,6 +136,7 @@ def main() -> int:
             cmd += ["--compile-workers", str(args.compile_workers)]
         if args.fresh_compile_cache:
             shutil.rmtree(default_cache_dir(), ignore_errors=True)
+        load = os.getloadavg()[0]
         start = time.monotonic()
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         wall = time.monotonic() - start
@@ -97,11 +145,15 @@ def main() -> int:
             print(f"{spec}: exit {proc.returncode}\n{proc.stderr[-2000:]}", flush=True)
             continue
         s = summarise(project)
+        slow = s.get("slow_gaps", [])
+        nvrtc = _nvrtc(nvrtc_times(default_cache_dir())) if args.fresh_compile_cache else "-"
         row = (f"| {task} | {policy} | {ahead}{' ' + label if label else ''} | {s['candidates']} | {s.get('failed', '-')} | "
                f"{s.get('seconds', 0):.1f} | {s.get('per_min') or 0:.0f} | {s.get('gap_s', 0):.3f} | "
-               f"{s.get('kernel_us') or 0:.1f} | {s.get('cached', '-')} | {wall:.1f} | {_phases(s)} |")
+               f"{s.get('kernel_us') or 0:.1f} | {s.get('cached', '-')} | {len(slow)} ({sum(slow):.1f}) | {nvrtc} | "
+               f"{load:.1f} | {wall:.1f} | {_phases(s)} |")
         lines.append(row)
         print(row, flush=True)
+        (args.out / "throughput.md").write_text("\n".join(lines) + "\n")     # kept if a later run is cut off
     table = "\n".join(lines) + "\n"
     (args.out / "throughput.md").write_text(table)
     print("\n" + table)

@@ -1,5 +1,6 @@
-"""The GPU session scripts' CPU-side logic: bench/heldout_live.py's comparison of live runs, and
-bench/sweep.py's choice of schedules and its whole-space recording (made-up projects, no GPU)."""
+"""The GPU session scripts' CPU-side logic: bench/heldout_live.py's comparison of live runs,
+bench/throughput.py's reading of compile times and pauses, and bench/sweep.py's choice of
+schedules and its whole-space recording (made-up projects, no GPU)."""
 from __future__ import annotations
 
 import dataclasses
@@ -202,3 +203,22 @@ def test_sass_mix_waves_of_a_split_grid():
     assert waves("red_mean_dim0", program, ptxas(44)) == [
         "red_mean_dim0_reduce: grid 1024 x 256 threads, 44 registers, 8200 B smem: 5 blocks/SM, 1.55 waves"]
     assert waves("red_mean_dim0", program, ptxas(32))[0].endswith("8 blocks/SM, 0.97 waves")
+
+
+def test_throughput_reads_every_compile_time_and_the_pauses(tmp_path):
+    from core.toolchain.cache import CompileCache
+    from core.toolchain.diagnostics import CompileResult
+
+    module = _script("throughput")
+    cache = CompileCache(tmp_path / "compile")
+    for i, seconds in enumerate([0.4, 1.5, 2.5]):
+        assert cache.put(CompileResult(True, "ok", b"cubin", "", seconds=seconds, key=f"{i:02d}" + "a" * 62, arch="sm_90"))
+    (tmp_path / "compile" / "zz").mkdir()
+    (tmp_path / "compile" / "zz" / "broken.json").write_text("{not json")
+    assert sorted(module.nvrtc_times(tmp_path / "compile")) == [0.4, 1.5, 2.5]
+    assert module._nvrtc([0.4, 1.5, 2.5]) == "3: 1.50 / 1.50"
+    assert module._nvrtc([]) == "-"
+    # Verdicts 1 s apart: both gaps between the three are pauses over 0.4 s.
+    _run(tmp_path / "run.cuagent", [0.2, 0.2, 0.2], seconds_apart=1)
+    summary = module.summarise(tmp_path / "run.cuagent")
+    assert summary["candidates"] == 3 and len(summary["slow_gaps"]) == 2
