@@ -20,6 +20,7 @@ from core.search.features import feature_size
 from core.search.optimizer import Budget, Optimizer
 from core.search.policies import make_policy
 from core.search.policies.ppo import PPOConfig
+from core.search.policies.random import RandomPolicy
 from core.search.replay import ReplayPool
 from core.search.space import ScheduleSpace
 from core.tasks import load_task
@@ -403,6 +404,41 @@ def test_compile_ahead_predicts_into_the_next_episode(task, record, tmp_path, ah
             assert tuple(sorted(second.schedule.items())) in predicted[j], f"restart after evaluation {j}"
             deep += 1
     assert deep >= 1
+    project.close()
+
+
+class LastTimePolicy(RandomPolicy):
+    """Random search whose pick depends on the last time its state reports, as PPO's does."""
+    name = "last-time"
+
+    def propose(self, state, mask, rng):
+        choices = [i for i, ok in enumerate(mask) if ok]
+        shift = -1 if state.last_ms is None else round(state.last_ms * 1e6)
+        return choices[(int(rng.random() * len(choices)) + shift) % len(choices)]
+
+
+def test_a_prediction_into_the_next_episode_sees_its_starts_measurement(task, record, tmp_path):
+    """An episode that starts from a measured candidate reports that candidate's time to the policy;
+    the prediction made at the last edit before it must too, or a policy that weighs the time
+    predicts the next episode's first move wrong."""
+    opt, project, _, events = make(task, record, tmp_path, "random", budget=Budget(evaluations=40), episode_length=3)
+    opt.policy = LastTimePolicy()
+    opt.pool = PreparingPool(opt.pool.pool, 0.0)
+    opt.compile_ahead = 2
+    predicted = _log_predictions(opt)
+    opt.run()
+    proposed = [e for e in events if isinstance(e, CandidateProposed)]
+    status = {e.candidate_id: e.status for e in events if isinstance(e, CandidateEvaluated)}
+    position = {e.candidate_id: i for i, e in enumerate(proposed)}
+    restarts = 0
+    for j, e in enumerate(proposed[:-1]):
+        first = proposed[j + 1]
+        # The last edit's prediction, when the next episode starts from a candidate measured earlier.
+        if (e.step == opt.episode_length - 1 and first.step == 0 and status[e.candidate_id] == "measured"
+                and position.get(first.parent_id, j) < j):
+            assert tuple(sorted(first.schedule.items())) in predicted[j], f"restart after evaluation {j}"
+            restarts += 1
+    assert restarts >= 3
     project.close()
 
 

@@ -493,7 +493,7 @@ class Optimizer:
                     start = self._next_start(branch_id, remember=False) if branch_id is not None else None
                     if start is None:
                         break
-                    schedule, step, last, branch_id = start.schedule, 0, ("measured", None, None), None
+                    schedule, step, last, branch_id = start.schedule, 0, self._measured_as(start.candidate_id), None
                 move = self._move(schedule, self._state(schedule, step, *last), last, step, preview=rng)
                 if move is None:
                     break
@@ -525,6 +525,14 @@ class Optimizer:
             if gpu > 0:
                 self._gpu_seconds.append(gpu)
 
+    def _measured_as(self, candidate_id: int | None) -> tuple[str | None, dict | None, float | None]:
+        """What an episode starting from this recorded candidate reports as its last measurement
+        (as _episode reads it), so a prediction into that episode sees the same state."""
+        rec = self.project.candidate(candidate_id) if candidate_id is not None else None
+        if rec is None:
+            return ("measured", None, None)
+        return (rec.status, rec.measurement, rec.median_ms if rec.status == "measured" else None)
+
     def _predict_restart(self, branch_id: int, measuring: dict[str, int],
                          last: tuple[str | None, dict | None, float | None]) -> list[dict[str, int]]:
         """At an episode's last edit: the next episode's first move, from where that episode will most
@@ -534,8 +542,11 @@ class Optimizer:
         withdraw the compiles queued for them one evaluation earlier)."""
         best = self._next_start(branch_id)
         out: list[dict[str, int]] = []
-        for start in ([best.schedule] if best else []) + [measuring]:
-            for schedule in self._predict(start, 0, ("measured", None, None), measuring, limit=1):
+        # From the candidate being measured only if it turns out correct and the best: as fast as `last`.
+        guess = ("measured", last[1], last[2])
+        starts = ([(best.schedule, self._measured_as(best.candidate_id))] if best else []) + [(measuring, guess)]
+        for start, start_last in starts:
+            for schedule in self._predict(start, 0, start_last, measuring, limit=1):
                 if schedule not in out:
                     out.append(schedule)
         for schedule in self._predict(measuring, self.episode_length, last, branch_id=branch_id):
