@@ -362,12 +362,13 @@ def test_compile_ahead_predicts_random_search_exactly(task, record, tmp_path, ah
     project.close()
 
 
-@pytest.mark.parametrize("ahead", [4, 6])
-def test_compile_ahead_predicts_into_the_next_episode(task, record, tmp_path, ahead):
-    """A prediction that reaches its episode's end goes on into the next episode, from the branch's
-    best so far: when that is where the loop then starts (no candidate after the prediction became
-    the best), random search's guesses past the boundary are the very candidates it evaluates."""
+def _three_step_episodes(task, record, tmp_path, ahead, policy=None):
+    """A 40-evaluation run of episodes of 3 with compile-ahead on (random search unless `policy`):
+    the optimizer, its project, each evaluation's predictions, the proposals, each candidate's
+    status and each proposal's position."""
     opt, project, _, events = make(task, record, tmp_path, "random", budget=Budget(evaluations=40), episode_length=3)
+    if policy is not None:
+        opt.policy = policy
     opt.pool = PreparingPool(opt.pool.pool, 0.0)
     opt.compile_ahead = ahead
     predicted = _log_predictions(opt)
@@ -375,6 +376,15 @@ def test_compile_ahead_predicts_into_the_next_episode(task, record, tmp_path, ah
     proposed = [e for e in events if isinstance(e, CandidateProposed)]
     status = {e.candidate_id: e.status for e in events if isinstance(e, CandidateEvaluated)}
     position = {e.candidate_id: i for i, e in enumerate(proposed)}
+    return opt, project, predicted, proposed, status, position
+
+
+@pytest.mark.parametrize("ahead", [4, 6])
+def test_compile_ahead_predicts_into_the_next_episode(task, record, tmp_path, ahead):
+    """A prediction that reaches its episode's end goes on into the next episode, from the branch's
+    best so far: when that is where the loop then starts (no candidate after the prediction became
+    the best), random search's guesses past the boundary are the very candidates it evaluates."""
+    opt, project, predicted, proposed, status, position = _three_step_episodes(task, record, tmp_path, ahead)
     crossed = 0
     for j, guesses in enumerate(predicted):
         if proposed[j].step == opt.episode_length - 1:
@@ -421,15 +431,8 @@ def test_a_prediction_into_the_next_episode_sees_its_starts_measurement(task, re
     """An episode that starts from a measured candidate reports that candidate's time to the policy;
     the prediction made at the last edit before it must too, or a policy that weighs the time
     predicts the next episode's first move wrong."""
-    opt, project, _, events = make(task, record, tmp_path, "random", budget=Budget(evaluations=40), episode_length=3)
-    opt.policy = LastTimePolicy()
-    opt.pool = PreparingPool(opt.pool.pool, 0.0)
-    opt.compile_ahead = 2
-    predicted = _log_predictions(opt)
-    opt.run()
-    proposed = [e for e in events if isinstance(e, CandidateProposed)]
-    status = {e.candidate_id: e.status for e in events if isinstance(e, CandidateEvaluated)}
-    position = {e.candidate_id: i for i, e in enumerate(proposed)}
+    opt, project, predicted, proposed, status, position = _three_step_episodes(task, record, tmp_path, 2,
+                                                                               LastTimePolicy())
     restarts = 0
     for j, e in enumerate(proposed[:-1]):
         first = proposed[j + 1]
