@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 import signal
 import sqlite3
@@ -709,3 +710,19 @@ def test_a_one_edit_policy_with_a_memory_sees_the_jump_after_its_edits(task, rec
     assert [s["UNROLL"] for s in schedules[1:4]] == [4, 2, 8] and {s["BLOCK"] for s in schedules[:4]} == {256}
     assert len(schedules) == 5 and schedules[4]["BLOCK"] != 256 and not policy.masks[-1][-1]
     project.close()
+
+
+def test_prediction_misses_script_counts_every_evaluation_once(record):
+    """scripts/prediction_misses.py: each evaluated candidate is counted once, in the last prediction,
+    only an older one, or none (the first: nothing was predicted before it). Random search's
+    predictions hold but for a few: after a failed candidate (they assume success) and where this
+    small space runs out of new neighbours."""
+    path = Path(__file__).resolve().parents[1] / "scripts" / "prediction_misses.py"
+    spec = importlib.util.spec_from_file_location("prediction_misses", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    opt = module.run(record, "random", seed=0, evaluations=30, ahead=3)
+    assert sum(opt.counts.values()) == opt.evaluations > 10
+    outside = opt.counts["older"] + opt.counts["never"]
+    assert sum(opt.outside.values()) == outside and opt.counts["never"] >= 1
+    assert opt.counts["last[0]"] >= 0.75 * opt.evaluations, opt.counts
