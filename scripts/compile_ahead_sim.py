@@ -28,6 +28,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from core.program import KernelProgram
 from core.project import Project
@@ -113,14 +114,21 @@ class StopAtEpisodeEnd(FixedDepth):
 VARIANTS = {"episode-end": StopAtEpisodeEnd, "fixed": FixedDepth, "adaptive": Optimizer}
 
 
-def run(record: Path, policy: str, compile_s: float, eval_s: float, variant: str, workers: int, ahead: int,
-        evaluations: int, seed: int) -> tuple[float, float]:
+def replay_setup(record: Path) -> tuple[Any, Any, Any, ScheduleSpace]:
+    """(task, program, hardware, space) of a search on a replay of `record`: its first candidate's
+    program, as `cuda-agent bench-search` walks it."""
     with Project.open(record, readonly=True) as source:
         task = source.load_task()
         program = KernelProgram.from_json(next(source.candidates(limit=1)).program)
         hardware = source.hardware
+    return task, program, hardware, ScheduleSpace.from_program(program, task,
+                                                               constraints=generator_constraints(task, program))
+
+
+def run(record: Path, policy: str, compile_s: float, eval_s: float, variant: str, workers: int, ahead: int,
+        evaluations: int, seed: int) -> tuple[float, float]:
+    task, program, hardware, space = replay_setup(record)
     pool = TimedPool(ReplayPool.from_files([record]), compile_s, eval_s, workers, reserve=variant == "adaptive")
-    space = ScheduleSpace.from_program(program, task, constraints=generator_constraints(task, program))
     with tempfile.TemporaryDirectory() as folder:
         project = Project.create(Path(folder) / "sim.cuagent", task, hardware)
         try:

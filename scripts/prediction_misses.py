@@ -18,13 +18,11 @@ import collections
 import tempfile
 from pathlib import Path
 
-from core.program import KernelProgram
 from core.project import Project
-from core.search.benchmark import generator_constraints
 from core.search.optimizer import Budget, Optimizer
 from core.search.policies import make_policy
 from core.search.replay import ReplayPool
-from core.search.space import ScheduleSpace
+from scripts.compile_ahead_sim import replay_setup
 
 
 class CountingOptimizer(Optimizer):
@@ -70,13 +68,9 @@ class CountingOptimizer(Optimizer):
 
 
 def run(record: Path, policy: str, seed: int, evaluations: int, ahead: int) -> CountingOptimizer:
-    with Project.open(record, readonly=True) as source:
-        task = source.load_task()
-        program = KernelProgram.from_json(next(source.candidates(limit=1)).program)
-        hardware = source.hardware
+    task, program, hardware, space = replay_setup(record)
     pool = ReplayPool.from_files([record])
     pool.prepare = lambda candidate, speculative=False: (None, None, {"compile_cached": True})
-    space = ScheduleSpace.from_program(program, task, constraints=generator_constraints(task, program))
     with tempfile.TemporaryDirectory() as folder:
         project = Project.create(Path(folder) / "probe.cuagent", task, hardware)
         try:

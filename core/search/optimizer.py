@@ -526,8 +526,8 @@ class Optimizer:
                 self._gpu_seconds.append(gpu)
 
     def _measured_as(self, candidate_id: int | None) -> tuple[str | None, dict | None, float | None]:
-        """What an episode starting from this recorded candidate reports as its last measurement
-        (as _episode reads it), so a prediction into that episode sees the same state."""
+        """What an episode starting from this recorded candidate reports as its last measurement:
+        _episode's first state, and a prediction's into that episode, so the two see the same."""
         rec = self.project.candidate(candidate_id) if candidate_id is not None else None
         if rec is None:
             return ("measured", None, None)
@@ -575,11 +575,10 @@ class Optimizer:
                                               self.evaluations))
                 self._note_best(rec)
             parent_id = rec.id
-        parent = self.project.candidate(parent_id)
-        prev_ms = parent.median_ms if parent is not None and parent.status == "measured" else None
+        last = self._measured_as(parent_id)
+        prev_ms = last[2]
         tracker = RewardTracker(self.reward_config)
         tracker.start_from(prev_ms, self._eager_ms, self._compile_ms)
-        last = (parent.status if parent else None, parent.measurement if parent else None, prev_ms)
         state = self._state(schedule, 0, *last)
         new = 0
         for step in range(self.episode_length):
