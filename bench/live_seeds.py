@@ -25,13 +25,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from core.evaluation import Evaluator  # noqa: E402
+from core.evaluation.evaluator import default_compile_workers  # noqa: E402
+from core.search.session import RunConfig, open_run  # noqa: E402
+from core.tasks import load_task  # noqa: E402
+
 
 def main() -> int:
-    from core.evaluation import Evaluator
-    from core.evaluation.evaluator import default_compile_workers
-    from core.search.session import RunConfig, open_run
-    from core.tasks import load_task
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--tasks", nargs="+", required=True)
@@ -42,6 +42,10 @@ def main() -> int:
     ap.add_argument("--weights", default=None)
     ap.add_argument("--with-compile-baseline", action="store_true")
     args = ap.parse_args()
+    missing = [name for name in args.tasks if not (ROOT / "resources" / "tasks" / f"{name}.py").is_file()]
+    if missing:
+        print(f"no such example task: {', '.join(missing)} (names of resources/tasks/*.py)")
+        return 2
     t_start = time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)
     tsv = args.out / "runs.tsv"
@@ -69,14 +73,15 @@ def main() -> int:
                     print(f"deadline: {name} seed {seed} and later not started", flush=True)
                     break
                 for policy in args.policies:
-                    _one_run(ev, path, name, seed, policy, args, tsv, open_run, RunConfig)
+                    _one_run(ev, path, name, seed, policy, args, tsv)
         finally:
             ev.close()
     print(f"done in {time.monotonic() - t_start:.0f} s", flush=True)
     return 0
 
 
-def _one_run(ev, path: Path, name: str, seed: int, policy: str, args, tsv: Path, open_run, RunConfig) -> None:
+def _one_run(ev: Evaluator, path: Path, name: str, seed: int, policy: str, args: argparse.Namespace,
+             tsv: Path) -> None:
     project = args.out / f"seed{seed}" / policy / f"{name}.cuagent"
     project.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
