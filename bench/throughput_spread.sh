@@ -13,5 +13,5 @@ mkdir -p "$OUT"
 { lscpu | grep -E "Model name|^CPU\(s\)|MHz"; uptime; } > "$OUT/host.txt" 2>&1
 python3 bench/throughput.py --out "$OUT/spread" --fresh-compile-cache --repeat 3 --deadline $(( ${DEADLINE:-430} - SECONDS )) \
     bench/tasks/pw_trig_chain_1ms.py:random:150 loss_kl_div:ppo:250 | grep "^|"
-rm -f "$OUT"/spread/*.cuagent-wal "$OUT"/spread/*.cuagent-shm
+rm -rf "$OUT"/spread/.driver-cache; rm -f "$OUT"/spread/*.cuagent-wal "$OUT"/spread/*.cuagent-shm
 cd "$OUT" && tar czf spread.tar.gz spread && rm -rf spread

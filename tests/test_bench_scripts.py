@@ -222,3 +222,20 @@ def test_throughput_reads_every_compile_time_and_the_pauses(tmp_path):
     _run(tmp_path / "run.cuagent", [0.2, 0.2, 0.2], seconds_apart=1)
     summary = module.summarise(tmp_path / "run.cuagent")
     assert summary["candidates"] == 3 and len(summary["slow_gaps"]) == 2
+
+
+def test_throughput_runs_start_with_both_compile_caches_empty(tmp_path, monkeypatch):
+    """--fresh-compile-cache empties cuda-agent's compile cache and gives the run an empty CUDA driver
+    cache (where NVRTC 12.9+ keeps its output); without it the environment is left alone."""
+    module = _script("throughput")
+    monkeypatch.setenv("CUDA_AGENT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("CUDA_CACHE_PATH", raising=False)
+    ours = tmp_path / "cache" / "compile" / "ab"
+    ours.mkdir(parents=True)
+    (ours / "entry.json").write_text("{}")
+    stale = tmp_path / "out" / ".driver-cache" / "0"
+    stale.mkdir(parents=True)
+    env = module.run_environment(tmp_path / "out", fresh=True)
+    assert env["CUDA_CACHE_PATH"] == str(tmp_path / "out" / ".driver-cache")
+    assert not (tmp_path / "out" / ".driver-cache").exists() and not ours.exists()
+    assert "CUDA_CACHE_PATH" not in module.run_environment(tmp_path / "out", fresh=False)

@@ -478,6 +478,35 @@ def test_compile_ahead_looks_further_when_compiles_are_slow(task, record, tmp_pa
     assert max(len(guesses) for e, guesses in zip(proposed, predicted) if e.step < opt.episode_length - 1) == depth
 
 
+class MixedCompilePool(TimedPreparingPool):
+    """Every fifth compile ahead takes `slow_s`, the others `compile_s`: a few unrolled variants
+    compile several times longer than the rest."""
+
+    def __init__(self, pool, compile_s, slow_s, eval_s):
+        super().__init__(pool, compile_s, eval_s)
+        self.slow_s, self.compiles = slow_s, 0
+
+    def prepare(self, candidate, speculative=False):
+        self.compiles += 1
+        seconds = self.slow_s if self.compiles % 5 == 0 else self.compile_s
+        super().prepare(candidate, speculative)
+        return None, None, {"compile_cached": False, "compile_seconds": seconds}
+
+
+def test_compile_ahead_looks_as_far_as_the_slow_compiles_need(task, record, tmp_path):
+    """A mean of compiles of 0.05 s and one in five of 0.65 s is 0.17 s, which would start compiles 3
+    evaluations of 0.1 s early; the slow ones, those the loop waits for, need 7. The loop predicts as
+    far as the slow ones need (the limit, 4 x 2)."""
+    opt, project, _, events = make(task, record, tmp_path, "random", budget=Budget(evaluations=16), episode_length=8)
+    opt.pool = MixedCompilePool(opt.pool.pool, 0.05, 0.65, 0.1)
+    opt.compile_ahead = 2
+    predicted = _log_predictions(opt)
+    opt.run()
+    project.close()
+    proposed = [e for e in events if isinstance(e, CandidateProposed)]
+    assert max(len(guesses) for e, guesses in zip(proposed, predicted) if e.step < opt.episode_length - 1) == 8
+
+
 class MovePolicy:
     """Random choices among the allowed entries of a move's mask (edits and "evaluate now"), and
     a note of every mask and transition, so the test sees what the loop offered."""

@@ -505,12 +505,13 @@ class Optimizer:
         return out
 
     def _ahead_depth(self) -> int:
-        """Candidates to predict: compile_ahead, or enough that a compile started now (of mean length,
-        as the slow ones are the ones waited for) ends before the loop reaches its candidate, at the
-        median pace of evaluations; at most AHEAD_MAX_FACTOR times compile_ahead."""
+        """Candidates to predict: compile_ahead, or enough that a slow compile started now (the 90th
+        percentile of recent ones: the slow ones are those waited for, and a mean hides them when
+        a few variants compile several times longer than the rest) ends before the loop reaches its
+        candidate, at the median pace of evaluations; at most AHEAD_MAX_FACTOR times compile_ahead."""
         if len(self._compile_seconds) < 3 or len(self._gpu_seconds) < 3:
             return self.compile_ahead
-        compile_s = statistics.fmean(self._compile_seconds)
+        compile_s = statistics.quantiles(self._compile_seconds, n=10, method="inclusive")[-1]
         gpu_s = max(statistics.median(self._gpu_seconds), 1e-3)
         return max(self.compile_ahead, min(self.compile_ahead * AHEAD_MAX_FACTOR, math.ceil(compile_s / gpu_s) + 1))
 
