@@ -367,6 +367,47 @@ def test_judge_names_constant_output_before_comparing_values(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+OVERFLOW_TASK = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x * torch.isfinite(1e38 * x).float() + 1.0
+
+def get_inputs():
+    return [2.0 * torch.randn(64, 32)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_judge_accepts_pytorchs_own_answer_where_the_float64_reference_leaves_it(tmp_path):
+    """1e38 * x overflows in float32 (|x| > 3.4, and the scaled sets go to 4x) but not in the float64
+    reference: a kernel that computes exactly what float32 PyTorch does is correct; one that is wrong
+    elsewhere is still wrong, and one that follows the float64 reference passes as before."""
+    from core.evaluation import protocol as P
+    from core.evaluation.channel import write_tensor
+
+    judge = _cpu_judge(OVERFLOW_TASK, 1 << 30)
+    bundle = judge.prepare(P.Prepare(check_sets=3, scaled_variants=3, timing_sets=2))
+    sets = bundle.check_sets
+
+    def outputs(make):
+        return tuple((write_tensor(tmp_path, make(judge.materialize(s)[1][0]), f"{s.label}o0"),) for s in sets)
+
+    float32 = lambda x: x * torch.isfinite(1e38 * x).float() + 1.0          # noqa: E731
+    assert any(bool((x.abs() > 3.5).any()) for x in (judge.materialize(s)[1][0] for s in sets))
+    assert judge.judge(P.Judge(bundle.id, "check", outputs(float32))).ok
+    float64 = lambda x: (x.double() + 1.0).float()                           # noqa: E731
+    assert judge.judge(P.Judge(bundle.id, "check", outputs(float64))).ok
+    wrong = lambda x: float32(x) + (x > 3.0).float()                         # noqa: E731
+    verdict = judge.judge(P.Judge(bundle.id, "check", outputs(wrong)))
+    assert not verdict.ok and verdict.status == "wrong", verdict.reason
+    assert not list(tmp_path.iterdir())
+
+
 def test_evaluator_withdraws_the_very_compile_it_prepared():
     """Evaluator.withdraw must name the compile prepare() queued: same source, arch and options."""
     import threading
