@@ -44,6 +44,17 @@ def compile_in_child(source: str, options: list[str], env: dict[str, str]) -> di
     return json.loads(proc.stdout)
 
 
+def compile_round(program, env: dict[str, str]) -> tuple[str, str | None]:
+    """Each of SCHEDULES compiled in a new process: ("s, s, s", NVRTC's version)."""
+    times, version = [], None
+    for schedule in SCHEDULES:
+        p = program.with_schedule({k: v for k, v in schedule.items() if k in program.tunables})
+        out = compile_in_child(p.source, p.compile_options(), env)
+        version = out.get("nvrtc", version)
+        times.append(f"{out['seconds']:.2f}" + ("" if out["ok"] else f" (failed: {out.get('error', '')})"))
+    return ", ".join(times), version
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("task", nargs="?", default=str(ROOT / "bench" / "tasks" / "pw_trig_chain_1ms.py"))
@@ -56,32 +67,22 @@ def main() -> int:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     print(f"NVRTC time per compile, s (each in a new process), {Path(args.task).stem}:", flush=True)
     for rnd in range(1, args.rounds + 1):
-        times = []
-        for schedule in SCHEDULES:
-            p = program.with_schedule({k: v for k, v in schedule.items() if k in program.tunables})
-            out = compile_in_child(p.source, p.compile_options(), env)
-            times.append(f"{out['seconds']:.2f}" + ("" if out["ok"] else f" (failed: {out.get('error', '')})"))
-        print(f"  round {rnd}: {', '.join(times)}  (nvrtc {out.get('nvrtc')})", flush=True)
+        times, version = compile_round(program, env)
+        print(f"  round {rnd}: {times}  (nvrtc {version})", flush=True)
     print("environment:", {k: v for k, v in os.environ.items() if "CACHE" in k or k.startswith(("CUDA_", "NVRTC"))})
     for folder in (Path.home() / ".nv", Path.home() / ".cache", Path("/tmp")):
         try:
             print(f"{folder}:", sorted(p.name for p in folder.iterdir())[:30])
         except OSError as exc:
             print(f"{folder}: {exc}")
-    def timed_round(label: str, extra: dict[str, str]) -> None:
-        times = []
-        for schedule in SCHEDULES:
-            p = program.with_schedule({k: v for k, v in schedule.items() if k in program.tunables})
-            times.append(f"{compile_in_child(p.source, p.compile_options(), {**env, **extra})['seconds']:.2f}")
-        print(f"  {label}: {', '.join(times)}", flush=True)
-
     # NVRTC 12.9+ keeps compiled cubins in the CUDA driver's compute cache (CUDA_CACHE_PATH, default
     # ~/.nv/ComputeCache) when a driver is present: a fresh folder should bring the first times back.
     with tempfile.TemporaryDirectory() as folder:
-        timed_round("CUDA_CACHE_PATH=<empty folder>", {"CUDA_CACHE_PATH": folder})
-        timed_round("CUDA_CACHE_PATH=<the same folder again>", {"CUDA_CACHE_PATH": folder})
+        print(f"  CUDA_CACHE_PATH=<empty folder>: {compile_round(program, {**env, 'CUDA_CACHE_PATH': folder})[0]}", flush=True)
+        print(f"  CUDA_CACHE_PATH=<the same folder again>: {compile_round(program, {**env, 'CUDA_CACHE_PATH': folder})[0]}",
+              flush=True)
         print("  that folder now holds", sum(f.stat().st_size for f in Path(folder).rglob("*") if f.is_file()), "bytes")
-    timed_round("CUDA_CACHE_DISABLE=1", {"CUDA_CACHE_DISABLE": "1"})
+    print(f"  CUDA_CACHE_DISABLE=1: {compile_round(program, {**env, 'CUDA_CACHE_DISABLE': '1'})[0]}", flush=True)
     return 0
 
 
