@@ -254,7 +254,7 @@ class Runner:
         for s in sets[1:]:
             _, more = self.materialize(s)
             sources.append([x for x in more if isinstance(x, torch.Tensor)])
-        live = [x.clone() for x in inputs_a]
+        live = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs_a]   # scalars pass as they are
         live_tensors = [x for x in live if isinstance(x, torch.Tensor)]
         return model, live, live_tensors, sources
 
