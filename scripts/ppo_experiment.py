@@ -43,6 +43,9 @@ def main() -> int:
                     help="choose a temperature without the held-out tasks: split the training records again "
                          "(every third of each family), train on the rest, and compare ppo at these "
                          "temperatures with random search on that validation split; no held-out trials")
+    ap.add_argument("--fold", type=int, default=1, choices=(0, 1, 2),
+                    help="with --validate: which third of each family validates (1, the default, is the "
+                         "split `cuda-agent train` itself uses for its held-out tasks)")
     args = ap.parse_args()
 
     from core.search.features import ACTION_SIZE, STATE_SIZE
@@ -51,7 +54,7 @@ def main() -> int:
     files = sorted(Path(args.records).glob("*.cuagent"))
     training, held = split_records(describe_records(files), 3)
     if args.validate:
-        training, held = split_records(training, 3)
+        training, held = validation_split(training, args.fold)
         print("validation: training on " + ", ".join(r.task for r in training) + "; validating on "
               + ", ".join(r.task for r in held), flush=True)
     overrides = {}
@@ -106,6 +109,19 @@ def main() -> int:
               + f"; ppo/random {m['ppo'] / m['random']:.0%}, untrained/ppo {m['ppo-untrained'] / m['ppo']:.2f}x")
     print(f"held-out trials in {eval_s:.0f} s", flush=True)
     return 0
+
+
+def validation_split(records: list, fold: int) -> tuple[list, list]:
+    """split_records with the `fold`-th task of every three in each family (in task-name order) held
+    out instead of the second: the three folds together validate on every training task once."""
+    train, held = [], []
+    by_family: dict[str, list] = {}
+    for r in sorted(records, key=lambda r: (r.family, r.task)):
+        by_family.setdefault(r.family, []).append(r)
+    for family in sorted(by_family):
+        for i, r in enumerate(by_family[family]):
+            (held if i % 3 == fold else train).append(r)
+    return train, held
 
 
 def validate(args: argparse.Namespace, held: list) -> int:

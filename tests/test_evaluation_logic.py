@@ -299,6 +299,7 @@ def _cpu_judge(task_source: str, memory_bytes: int):
     judge.task = load_task_from_source(task_source, "tiny_scale")
     judge.tolerance, judge.reference_dtype, judge.fallback_note = (1e-4, 1e-4), "float64", ""
     judge.bundles, judge.next_id = {}, 1
+    judge.reference_fraction, judge.computed_again = 0.2, False
     return judge
 
 
@@ -346,6 +347,36 @@ def test_judge_keeps_references_within_its_memory_budget_and_computes_the_rest_w
     verdict = judge.judge(P.Judge(bundle.id, "timing", wrong))
     assert not verdict.ok and verdict.status == "wrong" and bundle.unseen_sets[-1].label in verdict.reason
     assert not list(tmp_path.iterdir())
+
+
+def test_judge_that_runs_out_of_gpu_memory_drops_its_references_and_judges_again(tmp_path, monkeypatch):
+    # The candidate's process shares the GPU: a comparison that runs out of memory frees the kept
+    # references and the allocator's cache, and the same outputs are judged again, not "crashed".
+    from core.evaluation import compare as compare_module
+    from core.evaluation import protocol as P
+
+    judge = _cpu_judge(TINY_TASK, 1 << 30)
+    bundle = judge.prepare(P.Prepare(check_sets=3, scaled_variants=0, timing_sets=2))
+    refs = judge.bundles[bundle.id]["refs"]
+    assert all(r is not None for r in refs.values())
+    real, calls = compare_module.compare, []
+
+    def compare_once_out_of_memory(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 3.50 GiB.")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(compare_module, "compare", compare_once_out_of_memory)
+    verdict = judge.judge(P.Judge(bundle.id, "check", _outputs_for(judge, bundle.check_sets, tmp_path)))
+    assert verdict.ok, verdict.reason
+    assert all(r is None for r in refs.values())          # computed again where needed, not kept
+    assert judge.reference_fraction == 0.1                 # the next bundles keep half as much
+    assert not list(tmp_path.iterdir())                    # the outputs were read again, then removed
+    calls.clear()
+    wrong = _outputs_for(judge, bundle.check_sets, tmp_path, lambda x: x * 3.0)
+    verdict = judge.judge(P.Judge(bundle.id, "check", wrong))
+    assert verdict.status == "wrong" and bundle.check_sets[0].label in verdict.reason, verdict.reason
 
 
 def test_judge_names_constant_output_before_comparing_values(tmp_path):

@@ -165,7 +165,9 @@ def write_output(folder: Path, exporter: "IpcExporter", tensor: "torch.Tensor", 
     return write_tensor(folder, tensor, tag)
 
 
-def read_output(ref, device) -> "torch.Tensor":
+def read_output(ref, device, remove: bool = True) -> "torch.Tensor":
+    """An output the runner handed over (write_output); a file is removed after it is read unless
+    `remove` is False (the judge removes its files itself, once its verdict is final)."""
     if isinstance(ref, TensorFile):
-        return read_tensor(ref, device)
+        return read_tensor(ref, device, remove=remove)
     return import_gpu_tensor(ref, device)

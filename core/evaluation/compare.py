@@ -75,12 +75,20 @@ def describe_index(flat_index: int, shape: tuple[int, ...]) -> str:
     return "(" + ", ".join(str(i) for i in reversed(idx)) + ")"
 
 
-def compare(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> str | None:
+# compare() works through an output in slices of this many elements: its float64 temporaries then
+# take a few hundred MB however large the output (whole-tensor copies of a 3.5 GiB float64 output ran
+# the judge out of memory on an 80 GB GPU).
+COMPARE_CHUNK = 1 << 24
+
+
+def compare(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float,
+            chunk: int = COMPARE_CHUNK) -> str | None:
     """None when `out` matches `ref`; else a one-line reason with the worst element.
 
     Checks, in order: exact type/shape/dtype, NaN/Inf agreement, elementwise tolerance, and the
     relative error norm ||out - ref|| / ||ref|| <= rtol (a bias spread thinly over many elements
-    passes elementwise checks but not the norm).
+    passes elementwise checks but not the norm). Counted slice by slice (`chunk` elements), so
+    the answer is the one a single pass over the whole tensors gives, in bounded memory.
     """
     if type(out) is not torch.Tensor:
         return f"output is a {type(out).__name__}, not a plain torch.Tensor"
@@ -89,31 +97,42 @@ def compare(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> s
     n = out.numel()
     if n == 0:
         return None
-    o, r = _as_float64(out, ref)
-    o_nan, r_nan = torch.isnan(o), torch.isnan(r)
-    bad_nan = int((o_nan & ~r_nan).sum())
+    flat_out, flat_ref = out.reshape(-1), ref.reshape(-1)
+    bad_nan = missing_nan = bad_inf = n_bad = 0
+    worst, worst_excess = -1, 0.0
+    ref_sq = err_sq = 0.0
+    for begin in range(0, n, chunk):
+        o, r = _as_float64(flat_out[begin:begin + chunk], flat_ref[begin:begin + chunk])
+        o_nan, r_nan = torch.isnan(o), torch.isnan(r)
+        bad_nan += int((o_nan & ~r_nan).sum())
+        missing_nan += int((r_nan & ~o_nan).sum())
+        del o_nan, r_nan
+        bad_inf += int(((torch.isinf(o) | torch.isinf(r)) & (o != r)).sum())
+        finite = torch.isfinite(r)
+        diff = torch.where(finite, (o - r).abs(), torch.zeros((), dtype=torch.float64, device=o.device))
+        excess = diff - (atol + rtol * r.abs())
+        bad = excess > 0
+        count = int(bad.sum())
+        if count:
+            n_bad += count
+            i = int(torch.argmax(torch.where(bad, excess, torch.zeros_like(excess))))
+            if worst < 0 or float(excess[i]) > worst_excess:    # the first of equal maxima, as argmax
+                worst, worst_excess = begin + i, float(excess[i])
+        ref_sq += float(torch.sum(torch.where(finite, r, 0.0) ** 2))
+        err_sq += float(torch.sum(diff ** 2))
+        del o, r, finite, diff, excess, bad
     if bad_nan:
         return f"NaN output: {bad_nan} of {n} elements are NaN where the reference is not"
-    missing_nan = int((r_nan & ~o_nan).sum())
     if missing_nan:
         return f"{missing_nan} of {n} elements are not NaN where the reference is NaN"
-    o_inf, r_inf = torch.isinf(o), torch.isinf(r)
-    bad_inf = int(((o_inf | r_inf) & (o != r)).sum())
     if bad_inf:
         return f"{bad_inf} of {n} elements disagree with the reference on +-Inf"
-    finite = torch.isfinite(r)
-    diff = torch.where(finite, (o - r).abs(), torch.zeros((), dtype=torch.float64, device=o.device))
-    limit = atol + rtol * r.abs()
-    bad = diff > limit
-    n_bad = int(bad.sum())
     if n_bad:
-        worst = int(torch.argmax(torch.where(bad, diff - limit, torch.zeros_like(diff))))
-        flat_o, flat_r = o.reshape(-1), r.reshape(-1)
+        o, r = _as_float64(flat_out[worst:worst + 1], flat_ref[worst:worst + 1])
         return (f"{n_bad} of {n} elements outside atol={atol:g} rtol={rtol:g}; worst at "
-                f"{describe_index(worst, tuple(out.shape))}: got {float(flat_o[worst]):.6g}, "
-                f"expected {float(flat_r[worst]):.6g}")
-    ref_norm = float(torch.linalg.vector_norm(torch.where(finite, r, 0.0)))
-    err_norm = float(torch.linalg.vector_norm(diff))
+                f"{describe_index(worst, tuple(out.shape))}: got {float(o[0]):.6g}, "
+                f"expected {float(r[0]):.6g}")
+    ref_norm, err_norm = ref_sq ** 0.5, err_sq ** 0.5
     if ref_norm > 0 and err_norm / ref_norm > rtol:
         return f"relative error norm {err_norm / ref_norm:.3g} exceeds {rtol:g}"
     if ref_norm == 0 and err_norm > atol * (n ** 0.5):

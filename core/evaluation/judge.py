@@ -46,6 +46,7 @@ class Judge:
         self.reference_dtype = "float64"
         self.bundles: dict[int, dict[str, Any]] = {}
         self.computed_again = False     # the last judge() computed references it had not kept
+        self.reference_fraction = REFERENCE_MEMORY_FRACTION     # halved at each time the GPU ran out
         self.next_id = 1
 
     # ---- task ----------------------------------------------------------------------------------
@@ -169,8 +170,9 @@ class Judge:
         return sum(_numel(sp.shape) * (size or _itemsize(sp.dtype)) for sp in self.task.output_specs)
 
     def reference_budget(self) -> int:
-        """Device bytes a bundle's kept references may take: a fifth of the GPU's memory."""
-        return int(self.gpu.get("memory_bytes", 0) * REFERENCE_MEMORY_FRACTION)
+        """Device bytes a bundle's kept references may take: a fifth of the GPU's memory, less after
+        the GPU ran out of memory (_drop_references)."""
+        return int(self.gpu.get("memory_bytes", 0) * self.reference_fraction)
 
     def fingerprint_for(self, s: P.InputSet) -> tuple[float, ...]:
         from .compare import fingerprint
@@ -187,8 +189,6 @@ class Judge:
         return self.reference_for(s)[0]
 
     def judge(self, msg: P.Judge) -> P.Verdict:
-        from .compare import compare, fast_match
-
         torch = self.torch
         entry = self.bundles.get(msg.bundle_id)
         if entry is None:
@@ -205,46 +205,74 @@ class Judge:
             if problem:
                 _unlink_files(msg.outputs)
                 return P.Verdict(False, Status.REJECTED.value, problem)
-        # One set's outputs on the device at a time (a large task's outputs would not all fit), but
-        # the first two fresh sets' are kept together for the constant-output check, which comes first.
-        fresh_idx = [i for i, s in enumerate(sets) if s.scale is None][:2]
         self.computed_again = False
         try:
-            held = {i: self._read(msg.outputs[i]) for i in fresh_idx}
-            if len(fresh_idx) == 2:
-                (i, k), (a, b) = fresh_idx, (held[fresh_idx[0]], held[fresh_idx[1]])
-                for j in range(len(specs)):
-                    if a[j].numel() > 1 and torch.equal(a[j], b[j]) and not bool(torch.isnan(a[j]).any()) \
-                            and not torch.equal(self.reference(refs, sets[i])[j], self.reference(refs, sets[k])[j]):
-                        return P.Verdict(False, Status.REJECTED.value,
-                                         f"constant output: output {j} is identical for different inputs "
-                                         f"({sets[i].label}, {sets[k].label}) while the reference changes")
-            for n, (s, files) in enumerate(zip(sets, msg.outputs)):
-                outs = held.pop(n) if n in held else self._read(files)
-                ref = self.reference(refs, s)
-                eager = None
-                for j, out in enumerate(outs):
-                    if fast_match(out, ref[j], atol, rtol):
-                        continue            # one fused pass says compare() would pass it
-                    reason = compare(out, ref[j], atol, rtol)
-                    if reason and self.reference_dtype == "float64":
-                        # PyTorch's own answer in the task's dtype is correct too, where it leaves the
-                        # float64 one (1e38 * x overflows in float32 only): computed here, out of the
-                        # candidate's reach, for the sets that need it.
-                        eager = eager if eager is not None else self.task_dtype_outputs(s)
-                        if eager[j].is_floating_point() and compare(out, eager[j], atol, rtol) is None:
-                            reason = None
-                    if reason:
-                        label = s.label if s.scale is None else f"{s.label} (inputs scaled by {s.scale:g})"
-                        return P.Verdict(False, Status.WRONG.value, f"wrong on input set {label}, output {j}: {reason}",
-                                         {"set": s.label, "output": j})
-                del outs, ref
+            for attempt in range(2):
+                try:
+                    return self._verdict(sets, msg.outputs, refs)
+                except torch.OutOfMemoryError:
+                    if attempt:
+                        raise
+                # Out of GPU memory, which the candidate's process shares (the failed attempt's
+                # tensors are freed by now): give back every kept reference (computed again when
+                # needed) and the allocator's cache, keep half as much from now on, judge again.
+                self._drop_references()
         finally:
             _unlink_files(msg.outputs)
             if self.computed_again:
                 # Large references were computed and dropped: hand their memory back, since the
                 # candidate's process allocates from the same GPU.
                 torch.cuda.empty_cache()
+
+    def _drop_references(self) -> None:
+        import gc
+
+        for entry in self.bundles.values():
+            for label in entry["refs"]:
+                entry["refs"][label] = None
+        self.reference_fraction /= 2
+        gc.collect()
+        self.torch.cuda.empty_cache()
+
+    def _verdict(self, sets, outputs, refs) -> P.Verdict:
+        """Every set's outputs against its reference; the first mismatch decides."""
+        from .compare import compare, fast_match
+
+        torch = self.torch
+        atol, rtol = self.tolerance
+        specs = self.task.output_specs
+        # One set's outputs on the device at a time (a large task's outputs would not all fit), but
+        # the first two fresh sets' are kept together for the constant-output check, which comes first.
+        fresh_idx = [i for i, s in enumerate(sets) if s.scale is None][:2]
+        held = {i: self._read(outputs[i]) for i in fresh_idx}
+        if len(fresh_idx) == 2:
+            (i, k), (a, b) = fresh_idx, (held[fresh_idx[0]], held[fresh_idx[1]])
+            for j in range(len(specs)):
+                if a[j].numel() > 1 and torch.equal(a[j], b[j]) and not bool(torch.isnan(a[j]).any()) \
+                        and not torch.equal(self.reference(refs, sets[i])[j], self.reference(refs, sets[k])[j]):
+                    return P.Verdict(False, Status.REJECTED.value,
+                                     f"constant output: output {j} is identical for different inputs "
+                                     f"({sets[i].label}, {sets[k].label}) while the reference changes")
+        for n, (s, files) in enumerate(zip(sets, outputs)):
+            outs = held.pop(n) if n in held else self._read(files)
+            ref = self.reference(refs, s)
+            eager = None
+            for j, out in enumerate(outs):
+                if fast_match(out, ref[j], atol, rtol):
+                    continue            # one fused pass says compare() would pass it
+                reason = compare(out, ref[j], atol, rtol)
+                if reason and self.reference_dtype == "float64":
+                    # PyTorch's own answer in the task's dtype is correct too, where it leaves the
+                    # float64 one (1e38 * x overflows in float32 only): computed here, out of the
+                    # candidate's reach, for the sets that need it.
+                    eager = eager if eager is not None else self.task_dtype_outputs(s)
+                    if eager[j].is_floating_point() and compare(out, eager[j], atol, rtol) is None:
+                        reason = None
+                if reason:
+                    label = s.label if s.scale is None else f"{s.label} (inputs scaled by {s.scale:g})"
+                    return P.Verdict(False, Status.WRONG.value, f"wrong on input set {label}, output {j}: {reason}",
+                                     {"set": s.label, "output": j})
+            del outs, ref
         return P.Verdict(True)
 
     def _check_files(self, files, specs, allow_ipc: bool) -> str:
@@ -267,7 +295,8 @@ class Judge:
     def _read(self, files) -> list:
         from .channel import read_output
 
-        return [read_output(f, self.device) for f in files]
+        # Files stay until judge() returns: a judgement run again after running out of memory reads them again.
+        return [read_output(f, self.device, remove=False) for f in files]
 
     def release(self, msg: P.Release) -> P.Verdict:
         self.bundles.pop(msg.bundle_id, None)
