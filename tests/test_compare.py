@@ -47,3 +47,16 @@ def test_compare_in_slices_answers_as_one_pass():
     assert reason.startswith("3 of 230 elements outside") and "worst at (2, 5)" in reason, reason
     assert "relative error norm" in compare(*_cases()["biased"], 1e-4, 1e-6, chunk=7)
     assert compare(*_cases()["beyond float16"], 1e-4, 1e-4, chunk=2) is None
+
+
+def test_fast_match_unavailable_says_why(monkeypatch):
+    from core.evaluation import compare as compare_module
+
+    assert compare_module.fast_match_unavailable(torch.int64) is None        # not one it handles
+
+    def no_compiler(dtype):
+        raise RuntimeError("nvrtc: error: failed to open libnvrtc-builtins.so.13.0\nmore detail")
+
+    monkeypatch.setattr(compare_module, "_fast_kernel", no_compiler)
+    assert compare_module.fast_match_unavailable(torch.float32) == \
+        "RuntimeError: nvrtc: error: failed to open libnvrtc-builtins.so.13.0"

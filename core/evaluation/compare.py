@@ -241,6 +241,19 @@ def _fast_kernel(dtype: torch.dtype):
     return _fast_kernels[dtype]
 
 
+def fast_match_unavailable(dtype: torch.dtype) -> str | None:
+    """Why fast_match cannot run its kernel for outputs of `dtype` here (None: it can, or the dtype
+    is not one it handles). Without it every output goes through compare(): about thirty passes
+    over float64 copies, so the judge is slower; the verdicts are the same."""
+    if dtype not in _FAST_TYPES:
+        return None
+    try:
+        _fast_kernel(dtype).attributes      # CuPy compiles on first use; this is one
+    except Exception as exc:
+        return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    return None
+
+
 def fast_match(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> bool | None:
     """True when one fused pass on the GPU shows compare(out, ref, atol, rtol) would return None
     (with FAST_MARGIN to spare on the norm test); None when it might not, or when the fast pass

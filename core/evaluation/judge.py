@@ -74,6 +74,14 @@ class Judge:
         ref, _ = self.reference_for(P.InputSet("calibration", seed, seed))
         if self.fallback_note:
             notes.append(self.fallback_note)
+        if torch.device(self.device).type == "cuda" and self.reference_dtype == "float64":
+            from .compare import fast_match_unavailable
+
+            for dtype in sorted({e.dtype for e in eager if e.is_floating_point()}, key=str):
+                problem = fast_match_unavailable(dtype)
+                if problem:
+                    notes.append(f"the judge's one-pass comparison is unavailable for {dtype} outputs "
+                                 f"({problem}): every output is compared in about thirty passes instead")
         # If eager PyTorch itself misses the float64 reference by more than the dtype's tolerance
         # (long reductions, ill-conditioned ops), the bar becomes twice eager's own error.
         needed = 0.0
