@@ -379,6 +379,31 @@ def test_judge_that_runs_out_of_gpu_memory_drops_its_references_and_judges_again
     assert verdict.status == "wrong" and bundle.check_sets[0].label in verdict.reason, verdict.reason
 
 
+def test_judge_that_runs_out_of_gpu_memory_while_drawing_a_bundle_keeps_fewer_references(tmp_path, monkeypatch):
+    from core.evaluation import protocol as P
+
+    judge = _cpu_judge(TINY_TASK, 1 << 30)
+    first = judge.prepare(P.Prepare(check_sets=2, scaled_variants=0, timing_sets=2))
+    real, calls = judge.reference_for, []
+
+    def reference_once_out_of_memory(s):
+        calls.append(s.label)
+        if len(calls) == 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 3.50 GiB.")
+        return real(s)
+
+    monkeypatch.setattr(judge, "reference_for", reference_once_out_of_memory)
+    bundle = judge.prepare(P.Prepare(check_sets=3, scaled_variants=0, timing_sets=2))
+    refs = judge.bundles[bundle.id]["refs"]
+    assert refs[bundle.check_sets[0].label] is not None                 # kept before memory ran out
+    assert all(refs[s.label] is None for s in bundle.check_sets[1:] + bundle.timing_sets)
+    assert len(bundle.fingerprints) == 5 and not bundle.room_for_next   # every set is still drawn
+    assert all(r is None for r in judge.bundles[first.id]["refs"].values())
+    assert judge.reference_fraction == 0.1
+    verdict = judge.judge(P.Judge(bundle.id, "check", _outputs_for(judge, bundle.check_sets, tmp_path)))
+    assert verdict.ok, verdict.reason
+
+
 def test_judge_names_constant_output_before_comparing_values(tmp_path):
     from core.evaluation import protocol as P
 

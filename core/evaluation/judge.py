@@ -160,10 +160,17 @@ class Judge:
         kept = 0
         for s in fresh + scaled + timing + unseen:
             if kept + self.reference_bytes() <= self.reference_budget():
-                refs[s.label], prints[s.label] = self.reference_for(s)
-                kept += self.reference_bytes()
-            else:
-                refs[s.label], prints[s.label] = None, self.fingerprint_for(s)
+                try:
+                    refs[s.label], prints[s.label] = self.reference_for(s)
+                    kept += self.reference_bytes()
+                    continue
+                except self.torch.OutOfMemoryError:
+                    pass
+                # Out of GPU memory (shared with the candidate's process): give back the other
+                # bundles' references, keep none more in this one, and less from now on.
+                self._drop_references()
+                kept = self.reference_budget() + 1
+            refs[s.label], prints[s.label] = None, self.fingerprint_for(s)
         # Two bundles at once (the next one is drawn during the check) may take twice the budget,
         # 40 % of the GPU, while neither had to drop references.
         room = all(r is not None for r in refs.values())
