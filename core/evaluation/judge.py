@@ -157,9 +157,9 @@ class Judge:
         # (a large task's re-verification draws 23 sets, which would not fit otherwise).
         refs: dict[str, list | None] = {}
         prints: dict[str, tuple[float, ...]] = {}
-        kept = 0
+        kept, keeping = 0, True
         for s in fresh + scaled + timing + unseen:
-            if kept + self.reference_bytes() <= self.reference_budget():
+            if keeping and kept + self.reference_bytes() <= self.reference_budget():
                 try:
                     refs[s.label], prints[s.label] = self.reference_for(s)
                     kept += self.reference_bytes()
@@ -169,7 +169,7 @@ class Judge:
                 # Out of GPU memory (shared with the candidate's process): give back the other
                 # bundles' references, keep none more in this one, and less from now on.
                 self._drop_references()
-                kept = self.reference_budget() + 1
+                keeping = False
             refs[s.label], prints[s.label] = None, self.fingerprint_for(s)
         # Two bundles at once (the next one is drawn during the check) may take twice the budget,
         # 40 % of the GPU, while neither had to drop references.
@@ -213,7 +213,6 @@ class Judge:
         sets = bundle.check_sets if msg.phase == "check" else bundle.timing_sets + bundle.unseen_sets
         if len(msg.outputs) != len(sets):
             return P.Verdict(False, Status.CRASHED.value, f"internal: {len(msg.outputs)} output sets for {len(sets)} input sets")
-        atol, rtol = self.tolerance
         specs = self.task.output_specs
         for files in msg.outputs:
             problem = self._check_files(files, specs, msg.allow_ipc)
