@@ -54,7 +54,7 @@ def main() -> int:
     files = sorted(Path(args.records).glob("*.cuagent"))
     training, held = split_records(describe_records(files), 3)
     if args.validate:
-        training, held = validation_split(training, args.fold)
+        training, held = split_records(training, 3, fold=args.fold)
         print("validation: training on " + ", ".join(r.task for r in training) + "; validating on "
               + ", ".join(r.task for r in held), flush=True)
     overrides = {}
@@ -109,19 +109,6 @@ def main() -> int:
               + f"; ppo/random {m['ppo'] / m['random']:.0%}, untrained/ppo {m['ppo-untrained'] / m['ppo']:.2f}x")
     print(f"held-out trials in {eval_s:.0f} s", flush=True)
     return 0
-
-
-def validation_split(records: list, fold: int) -> tuple[list, list]:
-    """split_records with the `fold`-th task of every three in each family (in task-name order) held
-    out instead of the second: the three folds together validate on every training task once."""
-    train, held = [], []
-    by_family: dict[str, list] = {}
-    for r in sorted(records, key=lambda r: (r.family, r.task)):
-        by_family.setdefault(r.family, []).append(r)
-    for family in sorted(by_family):
-        for i, r in enumerate(by_family[family]):
-            (held if i % 3 == fold else train).append(r)
-    return train, held
 
 
 def validate(args: argparse.Namespace, held: list) -> int:

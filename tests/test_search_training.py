@@ -36,6 +36,8 @@ def test_split_holds_out_every_third_task_of_each_family():
     assert [r.task for r in held] == ["act_b", "red_b"]
     assert {r.task for r in train_set} == {"act_a", "act_c", "act_d", "red_a", "pool_a"}
     assert split_records(infos, held_out_every=0)[1] == []
+    folds = [[r.task for r in split_records(infos, fold=k)[1]] for k in range(3)]
+    assert folds == [["act_a", "act_d", "pool_a", "red_a"], ["act_b", "red_b"], ["act_c"]]
 
 
 def test_training_proposes_only_what_the_record_answers(sparse_record):

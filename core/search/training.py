@@ -74,16 +74,20 @@ def describe_records(paths: Iterable[str | Path]) -> list[RecordInfo]:
     return infos
 
 
-def split_records(records: list[RecordInfo], held_out_every: int = 3) -> tuple[list[RecordInfo], list[RecordInfo]]:
+def split_records(records: list[RecordInfo], held_out_every: int = 3,
+                  fold: int | None = None) -> tuple[list[RecordInfo], list[RecordInfo]]:
     """(train, held out): within each family, in task-name order, every `held_out_every`-th task is
-    held out (the second, fifth, ...), so each family with two tasks or more has one on each side."""
+    held out (the second, fifth, ...), so each family with two tasks or more has one on each side.
+    With `fold`, the tasks at that position of every `held_out_every` are held out instead (the
+    folds 0 .. held_out_every-1 together hold out every task once)."""
     train, held = [], []
     by_family: dict[str, list[RecordInfo]] = {}
     for r in sorted(records, key=lambda r: (r.family, r.task)):
         by_family.setdefault(r.family, []).append(r)
     for family in sorted(by_family):
         for i, r in enumerate(by_family[family]):
-            (held if held_out_every > 0 and i % held_out_every == min(1, held_out_every - 1) else train).append(r)
+            position = fold if fold is not None else min(1, held_out_every - 1)
+            (held if held_out_every > 0 and i % held_out_every == position else train).append(r)
     return train, held
 
 
