@@ -177,3 +177,17 @@ def test_every_bundle_drawn_is_used_whether_drawn_during_the_check_or_after(duri
         assert sup.bundle is not None and sup.bundle.id == len(verdicts) + 1 and sup.judge.pending == 0
     finally:
         sup.close()
+
+
+def test_a_judge_out_of_gpu_memory_makes_the_runners_lean_and_the_candidate_is_evaluated_again(supervisor):
+    out = supervisor.evaluate(program("judge_oom_unless_lean"))
+    assert out.status is Status.MEASURED, out.reason
+    assert supervisor.lean
+    assert supervisor.evaluate(program("judge_oom_unless_lean", "-2")).status is Status.MEASURED   # lean from the start
+
+
+def test_a_judge_still_out_of_memory_when_lean_reports_an_evaluator_error_once(supervisor):
+    out = supervisor.evaluate(program("judge_oom"))
+    assert out.status is Status.CRASHED and out.reason.startswith("evaluator error: judge error: OutOfMemoryError")
+    assert supervisor.lean
+    assert supervisor.evaluate(program("ok")).status is Status.MEASURED

@@ -97,6 +97,7 @@ class IpcExporter:
     def __init__(self) -> None:
         self.blocks: list[int] = []
         self.broken: str | None = None     # IPC unavailable here: fall back to files
+        self.files_only = False            # set by a runner short of GPU memory (Runner.go_lean)
 
     def export(self, tensor: "torch.Tensor") -> GpuTensorRef:
         import cupy
@@ -156,13 +157,23 @@ def import_gpu_tensor(ref: "GpuTensorRef", device) -> "torch.Tensor":
 
 
 def write_output(folder: Path, exporter: "IpcExporter", tensor: "torch.Tensor", tag: str):
-    """Hand an output to the judge: by IPC where it works, else through a file."""
-    if exporter.broken is None:
+    """Hand an output to the judge: by IPC where it works, else through a file. A copy that finds no
+    room on the GPU goes through a file too, this time only."""
+    if exporter.broken is None and not exporter.files_only:
         try:
             return exporter.export(tensor)
         except Exception as exc:  # e.g. a sandbox without CUDA IPC
-            exporter.broken = f"{type(exc).__name__}: {exc}"
+            if not is_out_of_memory(exc):
+                exporter.broken = f"{type(exc).__name__}: {exc}"
     return write_tensor(folder, tensor, tag)
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """An allocation refused for want of memory (PyTorch's allocator, or cudaMalloc through CuPy),
+    which leaves the CUDA context usable, unlike a fault."""
+    text = str(exc)
+    return ("OutOfMemory" in type(exc).__name__ or "cudaErrorMemoryAllocation" in text
+            or "CUDA_ERROR_OUT_OF_MEMORY" in text or "out of memory" in text.lower())
 
 
 def read_output(ref, device, remove: bool = True) -> "torch.Tensor":

@@ -359,5 +359,7 @@ def judge_main(conn, device_index: int, scratch: str) -> None:
                 judge.torch.cuda.synchronize()
             conn.send(reply)
         except BaseException as exc:
+            # out_of_memory: the supervisor makes the runners lean and evaluates the candidate again.
             conn.send(P.Failure(Status.CRASHED.value, f"judge error: {type(exc).__name__}: {exc}", fatal=False,
-                                details={"traceback": traceback.format_exc()}))
+                                details={"traceback": traceback.format_exc(),
+                                         "out_of_memory": isinstance(exc, judge.torch.OutOfMemoryError)}))

@@ -129,6 +129,7 @@ class Check:
     artifact: Artifact
     bundle: Bundle
     tolerance: tuple[float, float]
+    lean: bool = False     # give GPU memory back (Runner.go_lean): the judge ran short beside this runner
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,7 @@ class Time:
     artifact: Artifact
     bundle: Bundle
     tolerance: tuple[float, float]
+    lean: bool = False     # give GPU memory back (Runner.go_lean): the judge ran short beside this runner
 
 
 @dataclass(frozen=True)
@@ -153,6 +155,7 @@ class Interleave:
     bundle: Bundle
     tolerance: tuple[float, float]
     rounds: int = 30
+    lean: bool = False     # give GPU memory back (Runner.go_lean): the judge ran short beside this runner
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,9 @@
 
 One warm runner per GPU runs KernelPrograms (their only untrusted part is CUDA code). A
 KernelBench `ModelNew` brings Python code, so it runs in a fresh runner that is retired
-afterwards. Any CUDA error ends the process (os._exit): the context may be poisoned.
+afterwards. Any CUDA error ends the process (os._exit): the context may be poisoned. Running out
+of GPU memory does not poison it: the request is served once more with the runner lean (see
+`Runner.go_lean`), and only then does a failure count against the candidate.
 """
 from __future__ import annotations
 
@@ -27,6 +29,14 @@ class CandidateFailure(Exception):
     def __init__(self, status: Status, reason: str, fatal: bool = False):
         super().__init__(reason)
         self.status, self.reason, self.fatal = status, reason, fatal
+
+
+class CandidateOutOfMemory(CandidateFailure):
+    """Memory the candidate itself asked for (its plan's buffers, or PyTorch allocations in its
+    ModelNew) did not fit. Whether that is its fault is decided after a lean retry (serve)."""
+
+    def __init__(self, reason: str):
+        super().__init__(Status.REJECTED, "oversized allocation: " + reason)
 
 
 def is_cuda_error(exc: BaseException) -> bool:
@@ -70,6 +80,7 @@ class Runner:
         self.modelnew_hash = ""
         self.calibrated = False
         self.exporter = IpcExporter()
+        self.lean = False          # short of GPU memory for this task: see go_lean
 
     # ---- setup ---------------------------------------------------------------------------------
 
@@ -83,7 +94,34 @@ class Runner:
 
         self.task = load_task_from_source(msg.source, msg.name)
         self.timer.settings.min_total_ms = msg.timed_ms
+        self.lean = False
+        self.exporter.files_only = False
         return P.TaskReady(tolerance=self.task.tolerance())
+
+    def go_lean(self) -> None:
+        """Give the GPU back to the other evaluator processes, for the rest of this task: outputs go
+        to the judge through files instead of device copies held until it reads them, and the
+        allocator's cache is emptied after each request (the judge, a separate process, cannot use
+        memory this one keeps cached). Costs a copy through host memory per output, so it is only
+        done once a request has run out of memory."""
+        import gc
+
+        self.lean = True
+        self.exporter.files_only = True
+        self.exporter.release()
+        gc.collect()
+        self.torch.cuda.empty_cache()
+
+    def memory_note(self) -> str:
+        """Where this GPU's memory was when an allocation failed, for the failure's reason."""
+        torch = self.torch
+        try:
+            free, total = torch.cuda.mem_get_info(self.device)
+            held = torch.cuda.memory_allocated(self.device)
+        except Exception:
+            return ""
+        return (f" (this process held {_human(held)}: the task's inputs, the evaluator's copies and the "
+                f"candidate's own allocations; {_human(free)} of the GPU's {_human(total)} was free)")
 
     def materialize(self, s: P.InputSet):
         """Weights and inputs for an input set, drawn on this GPU exactly as the judge draws them."""
@@ -465,8 +503,7 @@ class BoundProgram:
             raise CandidateFailure(Status.REJECTED, f"launch plan: {exc}") from exc
         need = sum(_nbytes(b.shape, b.dtype) for b in plan.buffers)
         if need > free:
-            raise CandidateFailure(Status.REJECTED, f"oversized allocation: the plan's buffers need "
-                                   f"{_human(need)} but the GPU has {_human(free)} free")
+            raise CandidateOutOfMemory(f"the plan's buffers need {_human(need)} but the GPU has {_human(free)} free")
         self.buffers = {}
         for b in plan.buffers:
             try:
@@ -474,8 +511,8 @@ class BoundProgram:
                 make = torch.zeros if b.zeroed else torch.empty
                 self.buffers[b.name] = make(b.shape, dtype=getattr(torch, b.dtype), device=runner.device)
             except torch.OutOfMemoryError as exc:
-                raise CandidateFailure(Status.REJECTED, f"oversized allocation: buffer '{b.name}' "
-                                       f"({_human(_nbytes(b.shape, b.dtype))}) does not fit") from exc
+                raise CandidateOutOfMemory(f"buffer '{b.name}' ({_human(_nbytes(b.shape, b.dtype))}) "
+                                           "does not fit") from exc
         tensors.update(self.buffers)
         self.outputs = [self.buffers[name] for name in plan.outputs]
         self.zeroed = [(b.name, self.buffers[b.name]) for b in plan.buffers if b.zeroed]
@@ -588,6 +625,8 @@ class BoundModelNew:
             m.load_state_dict(shared, strict=False)
         except CandidateFailure:
             raise
+        except torch.OutOfMemoryError as exc:
+            raise CandidateOutOfMemory("ModelNew(...) " + _short_exc(exc)) from exc
         except Exception as exc:
             if is_cuda_error(exc):
                 raise
@@ -606,6 +645,8 @@ class BoundModelNew:
                 out = self.module(*self.inputs)
         except CallsPyTorch:
             out = ()
+        except self.runner.torch.OutOfMemoryError as exc:
+            raise CandidateOutOfMemory("ModelNew.forward: " + _short_exc(exc)) from exc
         except Exception as exc:
             if is_cuda_error(exc):
                 raise
@@ -693,11 +734,22 @@ def runner_main(conn, device_index: int, role: str, scratch: str) -> None:
                 os._exit(FATAL_EXIT)
             continue
         try:
-            with profiler:
-                runner.exporter.release()      # the judge has read the previous request's outputs
-                reply = handlers[type(msg)](msg)
-                runner.torch.cuda.synchronize()
+            reply = serve(runner, profiler, handlers[type(msg)], msg)
             conn.send(reply)
+        except CandidateOutOfMemory as exc:
+            # Lean and still short: the candidate's own allocation did not fit.
+            fatal = not _context_healthy(runner)
+            conn.send(P.Failure(exc.status.value, exc.reason + runner.memory_note(), fatal=fatal))
+            if fatal:
+                os._exit(FATAL_EXIT)
+        except runner.torch.OutOfMemoryError as exc:
+            # Lean and still short, outside the candidate's code: the evaluator's own copies of a task
+            # too large for this GPU. Not the candidate's doing, and the context is still sound.
+            fatal = not _context_healthy(runner)
+            conn.send(P.Failure(Status.CRASHED.value, "evaluator error: out of GPU memory outside the candidate's "
+                                f"code{runner.memory_note()}: {_cuda_reason(exc)}", fatal=fatal))
+            if fatal:
+                os._exit(FATAL_EXIT)
         except CandidateFailure as exc:
             fatal = exc.fatal
             if not fatal:
@@ -718,6 +770,30 @@ def runner_main(conn, device_index: int, role: str, scratch: str) -> None:
                                 details={"traceback": traceback.format_exc()}))
             if fatal:
                 os._exit(FATAL_EXIT)
+
+
+def serve(runner: Runner, profiler, handler: Callable, msg):
+    """The handler's reply to `msg`. A request that runs out of GPU memory, in the candidate's code
+    or the evaluator's, is served once more with the runner lean (go_lean), which then stays lean
+    for the task; a second shortage is raised to the caller. A request marked lean (the judge ran
+    short beside this process) makes the runner lean first."""
+    torch = runner.torch
+    if getattr(msg, "lean", False) and not runner.lean:
+        runner.go_lean()
+    while True:
+        try:
+            with profiler:
+                runner.exporter.release()      # the judge has read the previous request's outputs
+                reply = handler(msg)
+                torch.cuda.synchronize()
+            if runner.lean:
+                torch.cuda.empty_cache()
+            return reply
+        except (CandidateOutOfMemory, torch.OutOfMemoryError):
+            if runner.lean:
+                raise
+        # Out of the except block: the failed attempt's tensors are no longer held by its traceback.
+        runner.go_lean()
 
 
 def _context_healthy(runner: Runner) -> bool:

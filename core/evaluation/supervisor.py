@@ -201,6 +201,7 @@ class GpuSupervisor:
         self.scratch = scratch_dir()
         self.lock = threading.RLock()
         self.failures: dict[str, int] = {}
+        self.lean = False        # runners give GPU memory back after each request (Runner.go_lean)
         self.recoveries: list[float] = []       # seconds from a runner's loss to a runner in service
         self.recovery_phases: list[dict[str, float]] = []   # where each recovery's time went
         s = self.settings
@@ -336,7 +337,14 @@ class GpuSupervisor:
                 return Outcome(Status.REJECTED, f"quarantined: this candidate brought the evaluator down "
                                                 f"{self.failures[key]} times")
             try:
-                return self._evaluate_with_bundle(artifact, interleave_rounds, prepare)
+                outcome = self._evaluate_with_bundle(artifact, interleave_rounds, prepare)
+                if outcome.details.get("out_of_memory") and not self.lean:
+                    # The judge ran out of GPU memory beside a runner that keeps its copies and cache:
+                    # from now on runners give memory back after each request, and this candidate,
+                    # not at fault, is evaluated again on a new bundle.
+                    self.lean = True
+                    outcome = self._evaluate_with_bundle(artifact, interleave_rounds, prepare)
+                return outcome
             except (WorkerDied, WorkerTimeout) as exc:
                 # Runners' failures are the candidate's and handled inside; this is the judge (or a
                 # runner that cannot be started at all). Start what died and say so.
@@ -405,7 +413,7 @@ class GpuSupervisor:
         seconds: dict[str, float] = {}
         t0 = time.perf_counter()
         timeout = s.modelnew_timeout_s if fresh else s.check_timeout_s
-        reply = self._call(runner, P.Check(artifact, bundle, self.tolerance), timeout, fresh)
+        reply = self._call(runner, P.Check(artifact, bundle, self.tolerance, lean=self.lean), timeout, fresh)
         seconds["check"] = time.perf_counter() - t0
         if isinstance(reply, P.Failure):
             if reply.fatal and reply.status in (Status.CRASHED.value, Status.TIMEOUT.value):
@@ -430,9 +438,9 @@ class GpuSupervisor:
         self._quiet_gpu()
         t2 = time.perf_counter()
         if interleave_rounds:
-            msg: Any = P.Interleave(artifact, bundle, self.tolerance, interleave_rounds)
+            msg: Any = P.Interleave(artifact, bundle, self.tolerance, interleave_rounds, lean=self.lean)
         else:
-            msg = P.Time(artifact, bundle, self.tolerance)
+            msg = P.Time(artifact, bundle, self.tolerance, lean=self.lean)
         reply = self._call(runner, msg, s.time_timeout_s, fresh)
         seconds["time"] = time.perf_counter() - t2
         if isinstance(reply, P.Failure):
@@ -465,7 +473,8 @@ class GpuSupervisor:
         verdict = self.judge.request(P.Judge(bundle.id, "timing", timed.outputs, allow_ipc=not fresh), s.judge_timeout_s)
         seconds["judge"] += time.perf_counter() - t3
         if isinstance(verdict, P.Failure):
-            return Outcome(Status.CRASHED, f"evaluator error: {verdict.reason}", seconds=seconds)
+            return Outcome(Status.CRASHED, f"evaluator error: {verdict.reason}", seconds=seconds,
+                           details=verdict.details)
         if not verdict.ok:
             return Outcome(Status(verdict.status), "on the timing inputs: " + verdict.reason,
                            kernels=check.kernels, seconds=seconds)

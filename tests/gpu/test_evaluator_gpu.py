@@ -68,6 +68,7 @@ HOSTILE_CASES = [
     ("illegal_address.json", "act_gelu", Status.CRASHED, "illegal memory access"),
     ("infinite_loop.json", "act_gelu", Status.TIMEOUT, "still running"),
     ("oversized_allocation.json", "act_gelu", Status.REJECTED, "oversized allocation"),
+    ("oversized_modelnew.py", "act_gelu", Status.REJECTED, "oversized allocation: ModelNew.forward"),
     ("stale_memory.json", "act_gelu", Status.REJECTED, "never wrote"),
     ("reference_memory.py", "act_gelu", None, ""),
     ("output_aliases_input.json", "act_gelu", Status.REJECTED, "alias"),
@@ -103,6 +104,20 @@ def test_hostile_program_is_rejected_and_the_next_good_one_is_measured(evaluator
         assert words in result.reason, result.reason
     good = ev.evaluate(load_solution(PROGRAMS / f"{task}.json"), with_baselines=False)
     assert good.status is Status.MEASURED, good.reason
+
+
+def test_a_lean_runner_hands_outputs_over_through_files_and_measures():
+    """The mode the evaluator falls back to when a large task runs the GPU short (Runner.go_lean)."""
+    ev = Evaluator(load_task(TASKS / "act_gelu.py"), settings=_settings()).start()
+    try:
+        ev.supervisor.lean = True
+        for _ in range(2):
+            result = ev.evaluate(load_solution(PROGRAMS / "act_gelu.json"), with_baselines=False)
+            assert result.status is Status.MEASURED, result.reason
+        wrong = ev.evaluate(load_solution(HOSTILE / "nan_output.json"), with_baselines=False)
+        assert wrong.status is Status.WRONG and "NaN output" in wrong.reason, wrong.reason
+    finally:
+        ev.close()
 
 
 def test_race_is_named_as_nondeterminism_or_wrong(evaluators):

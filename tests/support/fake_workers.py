@@ -6,7 +6,9 @@ error ("cuda_error"), sends outputs that make the fake judge die ("kill_judge"),
 another stream at every timing ("side_stream") or only at its first timing ("stray_once": an
 honest kernel on a host that hiccuped once), or replays answers it remembers ("replay": 1 ms on
 the timing sets, 10 ms on each unseen set, which it meets for the first time; "replay_stray_once"
-also strays at its first timing, so it is timed twice).
+also strays at its first timing, so it is timed twice). With "judge_oom" its outputs run the fake
+judge out of GPU memory, with "judge_oom_unless_lean" only when the request does not ask the runner
+to be lean.
 """
 from __future__ import annotations
 
@@ -53,6 +55,8 @@ def fake_runner_main(conn, device_index, role, scratch):
                 os._exit(70)
             if isinstance(msg, P.Check):
                 outputs = (("kill-judge",),) if b == "kill_judge" else ()
+                if b == "judge_oom" or (b == "judge_oom_unless_lean" and not msg.lean):
+                    outputs = (("judge-oom",),)
                 conn.send(P.CheckDone(outputs, dict(msg.bundle.fingerprints), [{"pid": os.getpid(), "name": "k"}]))
             else:
                 key = msg.artifact.content_hash if isinstance(msg.artifact, P.ProgramArtifact) else ""
@@ -87,6 +91,10 @@ def fake_judge_main(conn, device_index, scratch):
         elif isinstance(msg, P.Judge):
             if msg.outputs == (("kill-judge",),):
                 os._exit(9)
+            if msg.outputs == (("judge-oom",),):
+                conn.send(P.Failure("crashed", "judge error: OutOfMemoryError: CUDA out of memory",
+                                    details={"out_of_memory": True}))
+                continue
             conn.send(P.Verdict(True))
         elif isinstance(msg, P.Release):
             conn.send(P.Verdict(True))
