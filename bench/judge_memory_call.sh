@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call after the nineteenth session (best on an 80 GB H100, where the judge ran out of
 # memory): does the judge's one-pass comparison run here, does act_mish_1ms (3.5 GiB moved per call)
-# now evaluate without crashes, and the GPU tests that cover the judge's changes.
+# now evaluate without crashes, and the GPU tests that cover the judge's and the runner's memory
+# changes (a 4 TiB ModelNew, a lean runner) and the pointwise ops added in the twentieth session.
 #   OUT=DIR PYTHONPATH=. bash bench/judge_memory_call.sh      (about 6 minutes)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -19,5 +20,6 @@ for path in sys.argv[1:]:
     print(path, *rows, sep="\n  ")
 PY
 timeout 300 python3 -m pytest -q -m gpu tests/gpu/test_compare_gpu.py tests/gpu/test_evaluator_gpu.py \
+    "tests/gpu/test_codegen_cases_gpu.py::test_synthetic_case_is_correct_on_the_gpu[pow_bitwise_special]" \
     -p no:cacheprovider -p no:logging -rf > "$OUT/gpu-tests.log" 2>&1
 echo "gpu tests: exit $? ($(tail -1 "$OUT/gpu-tests.log"))"

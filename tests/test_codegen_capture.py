@@ -97,11 +97,10 @@ def get_init_inputs():
     assert "'three_picks'" in text and "'gather.default'" in text and "\n" not in text
     assert info.value.ops == ["gather.default"] and info.value.task == "three_picks"
     with pytest.raises(CodegenError) as info:
-        generate(load("fused_swiglu_bf16"))
-    # The op that computes is named; the weight transposes (permutes) are copies the move family
-    # lowers, so only the matrix products are without a lowering.
-    assert "no code generator lowers 'mm.default'" in str(info.value)
-    assert info.value.ops == ["mm.default", "mm.default"] and "also without" not in str(info.value)
+        generate(load("fused_conv_relu_maxpool"))
+    # The op that computes is named; the relu and the pooling after it have lowerings.
+    assert "no code generator lowers 'convolution.default'" in str(info.value)
+    assert info.value.ops == ["convolution.default"] and "also without" not in str(info.value)
 
 
 def test_capture_keeps_forward_outputs_only_and_decomposes_norms():

@@ -94,6 +94,26 @@ def get_inputs():
 def get_init_inputs():
     return []
 ''',
+    # pow with a tensor exponent and with a scalar base, fmax / fmin (a NaN loses to a number), the
+    # special functions, signbit, logical_xor, and bitwise ops on integers and bools.
+    "pow_bitwise_special": HEADER + '''
+class Model(nn.Module):
+    def forward(self, x, y, i, j):
+        p = torch.pow(x.abs() + 0.5, y) + torch.pow(2.0, y) - torch.pow(1.5, x)
+        n = torch.where(x > 1.5, torch.full_like(x, float("nan")), x)
+        m = torch.fmax(n, y) - torch.fmin(n, y)
+        s = torch.erfinv(0.9 * torch.tanh(x)) + torch.lgamma(x.abs() + 0.1) + torch.special.erfcx(y.abs()) + torch.i0(y)
+        b = torch.signbit(x) ^ torch.logical_xor(x > 0, y > 0)
+        k = (i & j) + (i | 6) - (i ^ j) + torch.bitwise_and(i, 3)
+        return p, m, s, b, k
+
+def get_inputs():
+    return [torch.randn(9, 40), torch.randn(9, 40), torch.randint(-50, 50, (9, 40), dtype=torch.int32),
+            torch.randint(0, 64, (9, 40), dtype=torch.int32)]
+
+def get_init_inputs():
+    return []
+''',
     # Inverse and hyperbolic trig, two-operand math and Python's modulo (signs of both operands mixed).
     "trig_modulo": HEADER + '''
 class Model(nn.Module):

@@ -1,11 +1,13 @@
-"""Fuzzing the code generators of the memory-bound families on random small tasks.
+"""Fuzzing the code generators on random small tasks.
 
 A seeded generator writes KernelBench-format task sources (class Model, get_inputs,
 get_init_inputs) in each family: pointwise chains with broadcasting over inputs of different ranks,
 reductions over any dims (keepdim both ways), softmax / log-softmax over any dim, the norms, the
 losses (K-dim cross-entropy included), scans and pooling, chains of data moves (cat, slices, pads,
 transposes, flips, chunk, roll, select, index_select) with an op after them, few long reductions / scans / rows (the
-split paths), and reductions whose results are used on the elements again ("compose"); shapes
+split paths), reductions whose results are used on the elements again ("compose"), and matrix
+products (torch.matmul with transposed operands, batches and a batch times one matrix, F.linear,
+addmm with alpha and beta) with an op after them half the time; shapes
 with odd sizes (1, 3, 7, 33, 129...), 1-4 dims, float32 / float16 / bfloat16 where the op allows. For every task, generate() must lower it (every op drawn is in the
 scope of the generators: a CodegenError is a finding); the generated CUDA then runs on the CPU (the
 thread-per-CUDA-thread emulation of test_codegen_scan.py, 2-D and 3-D blocks included, with
@@ -45,7 +47,7 @@ GXX = shutil.which("g++")
 CASES = int(os.environ.get("CA_FUZZ_CASES", "60"))
 SEED = int(os.environ.get("CA_FUZZ_SEED", "0"))
 SCHEDULES = int(os.environ.get("CA_FUZZ_SCHEDULES", "3"))       # random legal schedules beyond the default
-FAMILIES = ["pointwise", "reduce", "softmax", "norm", "loss", "scan", "pool", "long", "compose", "move"]
+FAMILIES = ["pointwise", "reduce", "softmax", "norm", "loss", "scan", "pool", "long", "compose", "move", "matmul"]
 ONLY = [f for f in os.environ.get("CA_FUZZ_FAMILIES", "").split(",") if f]
 KEEP = os.environ.get("CA_FUZZ_KEEP")
 MAX_THREADS_PER_EXE = 2_000_000            # emulated threads (blocks x block size) per executable run
@@ -126,6 +128,7 @@ BINARY = [
     "torch.minimum({x}, {y})", "torch.where({x} > {y}, {x}, {y} * {p})",
     "torch.where({x} < 0, {y}, {x})", "({x} >= {y}).to({x}.dtype)", "({x} * ({y} != 0.5).to({x}.dtype))",
     "torch.atan2({x}, {y})", "torch.hypot({x}, {y})", "torch.copysign({x}, {y})", "torch.clamp({x}, min={y})",
+    "torch.pow({x}.abs() + 0.5, {y} * 0.5)", "torch.fmax({x}, {y})", "torch.fmin({x}, {y})",
 ]
 # Modulo jumps by a whole divisor where its operand crosses a multiple of it, so a last-bit
 # difference in a computed operand (an fp16 gelu rounded the other way) changes the result by the
@@ -622,9 +625,42 @@ def gen_move(rng: random.Random, name: str) -> FuzzCase:
                     f"{dtype} {shape} {' -> '.join(notes)} -> {tail}")
 
 
+def gen_matmul(rng: random.Random, name: str) -> FuzzCase:
+    """Matrix products: torch.matmul with transposed operands (2-D, batched, a batch broadcast over a
+    2-D right operand), F.linear with or without a bias, addmm with alpha and beta and a bias of
+    several shapes; odd M, N, K; an elementwise op after it half the time."""
+    dtype = _dtype(rng)
+    m, n, k = (rng.choice([1, 3, 7, 16, 17, 33, 64, 65]) for _ in range(3))
+    kind = rng.choice(["matmul", "batched", "broadcast", "linear", "addmm"])
+    batch = [rng.choice([2, 3])] if kind in ("batched", "broadcast") else []
+    ta, tb = rng.random() < 0.4, rng.random() < 0.4
+    inputs, args = [], ["x", "y"]
+    if kind == "linear":
+        inputs = [_randn(batch + [m, k], dtype), _randn([n, k], dtype, 0.5)]
+        bias = rng.random() < 0.7
+        if bias:
+            inputs.append(_randn([n], dtype))
+            args.append("b")
+        expr = f"F.linear(x, y{', b' if bias else ''})"
+    elif kind == "addmm":
+        inputs = [_randn([m, k], dtype), _randn([k, n], dtype, 0.5), _randn(rng.choice([[n], [m, n], [1, n]]), dtype)]
+        args.append("b")
+        expr = f"torch.addmm(b, x, y, beta={rng.choice([1.0, 0.5, 0.0])}, alpha={rng.choice([1.0, 2.0, -0.5])})"
+    else:
+        a_shape = batch + ([k, m] if ta else [m, k])
+        b_shape = ([] if kind == "broadcast" else batch) + ([n, k] if tb else [k, n])
+        inputs = [_randn(a_shape, dtype), _randn(b_shape, dtype, 0.5)]
+        a = "x.transpose(-1, -2)" if ta else "x"
+        b = "y.transpose(-1, -2)" if tb else "y"
+        expr = f"torch.matmul({a}, {b})"
+    body = [f"z = {expr}", f"return {_unary(rng, 'z')}" if rng.random() < 0.5 else "return z"]
+    return FuzzCase(name, "matmul", _source(", ".join(args), body, inputs),
+                    f"{dtype} {kind} m={m} n={n} k={k} batch={batch} ta={ta} tb={tb}")
+
+
 GENERATORS = {"pointwise": gen_pointwise, "reduce": gen_reduce, "softmax": gen_softmax, "norm": gen_norm,
               "loss": gen_loss, "scan": gen_scan, "pool": gen_pool, "long": gen_long,
-              "compose": gen_compose, "move": gen_move}
+              "compose": gen_compose, "move": gen_move, "matmul": gen_matmul}
 
 
 def draw_cases(count: int, seed: int, families: list[str] | None = None) -> list[FuzzCase]:

@@ -6,7 +6,8 @@ lone sum, mean, amax, amin over the last dim), reduce (any reduction over any di
 pointwise prologue and epilogue), rownorm (reductions over the same rows with the elementwise
 ops that use their results on the rows again, one kernel: norms, logsumexp, row distances,
 softmax over any dim), scan (cumsum / cumprod with flips and pointwise ops around them), pool
-(max / avg pooling with a pointwise epilogue). partition.py forms the groups; a family that
+(max / avg pooling with a pointwise epilogue), matmul (a matrix product, batched or not, its operands
+read where they lie, transposed or not, with a pointwise epilogue). partition.py forms the groups; a family that
 refuses a group's prologue or epilogue is retried without it (those ops then run in a pointwise
 group); a refused row group is retried with its reductions unfused, on the graph canonicalised
 without the row rewrites (the reduce + pointwise path). A graph with an op that no family lowers
@@ -82,7 +83,7 @@ def unsupported_nodes(graph: Graph) -> list[Node]:
 
 
 def _available() -> str:
-    have = [name for name in ("reduce", "scan", "pool") if family_module(name) is not None]
+    have = [name for name in ("reduce", "scan", "pool", "matmul") if family_module(name) is not None]
     parts = ["elementwise ops (arithmetic, comparisons, where, clamp, the common activations)",
              "softmax / log-softmax and sum / mean / amax / amin over the last dim",
              "data movement (cat, slicing, split / chunk / unbind, constant padding, permute / transpose, "
@@ -91,7 +92,8 @@ def _available() -> str:
                       "norms) with elementwise ops around them; a gather of one element per row along one dim "
                       "(cross-entropy, NLL, also over [N, C, d...])",
             "scan": "cumsum / cumprod (also reversed with flips)",
-            "pool": "max / avg pooling"}
+            "pool": "max / avg pooling",
+            "matmul": "matrix products (mm, bmm, matmul, nn.Linear, addmm) with elementwise ops on the result"}
     return "; ".join(parts + [text[h] for h in have])
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from core.codegen.graph import Graph, Ref
+from core.codegen.lower_matmul import MATMUL
 from core.codegen.pointwise_ops import IOTA
 
 _DTYPE_ATTRS = {"dtype"}
@@ -39,6 +40,12 @@ def interpret(graph: Graph, inputs: dict[str, torch.Tensor]) -> list[torch.Tenso
             d, shape = int(node.attrs["dim"]) % len(node.shape), tuple(node.shape)
             index = torch.arange(shape[d], dtype=torch.int64)
             env[node.name] = index.view([-1 if k == d else 1 for k in range(len(shape))]).expand(shape)
+            continue
+        if node.op == MATMUL:      # canonicalize's matrix product on the stored operands
+            a, b = (env[o.name] for o in node.operands)
+            a = a.transpose(-1, -2) if node.attrs.get("trans_a") else a
+            b = b.transpose(-1, -2) if node.attrs.get("trans_b") else b
+            env[node.name] = torch.matmul(a, b)
             continue
         base, _, overload = node.op.partition(".")
         op = getattr(getattr(torch.ops.aten, base), overload)

@@ -621,6 +621,18 @@ def broadcast_offset(shape_in: tuple[int, ...], shape: tuple[int, ...]) -> str:
     return " + ".join(terms)
 
 
+def epilogue_read_problem(g: GraphInput, shape: tuple[int, ...], n: Node) -> str | None:
+    """Why an anchor's epilogue node n cannot read group input g as `shape` (None when it can): the
+    shape must broadcast to the node's, and the dtype be one the kernels store."""
+    out = tuple(n.shape)
+    aligned = (1,) * (len(out) - len(shape)) + shape
+    if len(shape) > len(out) or any(a not in (1, s) for a, s in zip(aligned, out)):
+        return f"'{n.op}' (node '{n.name}') reads '{g.name}' as shape {list(shape)}, which does not broadcast to {list(out)}"
+    if g.dtype not in STORAGE_CTYPE:
+        return f"'{g.name}' has dtype {g.dtype}"
+    return None
+
+
 def emit_epilogue_chain(graph: Graph, nodes: list[Node], var: dict[str, tuple[str, str]], alias: dict[str, str],
                         reads: dict[str, tuple[str, tuple[int, ...]]], pointers: dict[str, str], family: str,
                         temp: str = "v") -> list[str]:

@@ -45,7 +45,7 @@ from core.codegen.cuda_emit import COMPUTE_CTYPE, ITEMSIZE, PRELUDE, STORAGE_CTY
     round_to_storage, store_expr
 from core.codegen.errors import CodegenError
 from core.codegen.graph import Graph, GraphInput, Node, Ref
-from core.codegen.lower_pointwise import Lowering, emit_epilogue_chain
+from core.codegen.lower_pointwise import Lowering, emit_epilogue_chain, epilogue_read_problem
 from core.codegen.pointwise_ops import is_pointwise
 from core.codegen.schedule import Knob, ScheduleSpec
 
@@ -289,13 +289,9 @@ def _analyse(graph: Graph) -> _Group:
 
 
 def _check_broadcast(graph: Graph, g: GraphInput, shape: tuple[int, ...], n: Node) -> None:
-    out = tuple(n.shape)
-    aligned = (1,) * (len(out) - len(shape)) + shape
-    if len(shape) > len(out) or any(a not in (1, s) for a, s in zip(aligned, out)):
-        raise _fail(graph, f"'{n.op}' (node '{n.name}') reads '{g.name}' as shape {list(shape)}, which "
-                           f"does not broadcast to {list(out)}", [n.op])
-    if g.dtype not in STORAGE_CTYPE:
-        raise _fail(graph, f"'{g.name}' has dtype {g.dtype}", [n.op])
+    problem = epilogue_read_problem(g, shape, n)
+    if problem:
+        raise _fail(graph, problem, [n.op])
 
 
 # ---- schedule -----------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Cut a captured graph into fusion groups, each lowered by one family into kernels.
 
-Every node is one of: an *anchor* (a reduction, scan, pooling or last-dim softmax: the op a
-family is built around, with the getitems that pick its results), *pointwise* (pointwise_ops),
+Every node is one of: an *anchor* (a reduction, scan, pooling, last-dim softmax or matrix product:
+the op a family is built around, with the getitems that pick its results), *pointwise* (pointwise_ops),
 a *view* (view/reshape/squeeze/unsqueeze/clone/alias, or a permute that only moves size-1 dims:
 the same elements in the same flat order), or unsupported.
 
@@ -54,6 +54,7 @@ import torch
 
 from core.codegen.errors import CodegenError
 from core.codegen.graph import Graph, GraphInput, Node, Ref
+from core.codegen.lower_matmul import FLOATS as MATMUL_DTYPES, MATMUL, SOURCE_OPS as MATMUL_SOURCES
 from core.codegen.lower_move import ARANGES, MOVE, MOVE_OPS, arange_to_move, tensor_operands, to_move
 from core.codegen.lower_rowreduce import SOFTMAXES, is_rowreduce
 from core.codegen.lower_rownorm import row_signature, rows_fit
@@ -88,8 +89,11 @@ FAMILIES: dict[str, Family] = {
     # chain of them one ca_move node, which reads materialised values; elementwise ops on its result
     # join it as an epilogue.
     "move": Family("move", "core.codegen.lower_move", "is_move", "lower_move", False, True),
+    # A matrix product (canonicalize makes mm / bmm / addmm / baddbmm one MATMUL node on the stored
+    # operands); addmm's bias, activations and scales on the product join it as an epilogue.
+    "matmul": Family("matmul", "core.codegen.lower_matmul", "is_matmul", "lower_matmul", False, True),
 }
-ANCHOR_ORDER = ("reduce", "scan", "pool", "move")
+ANCHOR_ORDER = ("reduce", "scan", "pool", "move", "matmul")
 _MODULES: dict[str, ModuleType | None] = {}
 
 
@@ -390,6 +394,8 @@ def canonicalize(graph: Graph, rows: bool = False) -> Graph:
             b.nodes.append(moved)
         elif n.op == "mm.default" and _diagonal_product(b, n):
             pass
+        elif n.op in MATMUL_SOURCES and _as_matmul(b, n, graph):
+            pass
         elif n.base in SOFTMAXES and n.dtype in _COMPUTE and \
                 (n.name in feeding or not is_rowreduce(n, b.view) or (rows and _rows_take(n, b.view))):
             _split_softmax(b, n)
@@ -413,6 +419,9 @@ def canonicalize(graph: Graph, rows: bool = False) -> Graph:
         elif n.op == "clamp.Tensor" and _constant_bounds(n, b):
             lo, hi = (_constant_value(o, b) for o in n.operands[1:3])
             b.add(n.name, "clamp.default", [n.operands[0]], {"min": lo, "max": hi}, n.shape, n.dtype)
+        elif n.op == "expand.default" and isinstance(n.operands[0], Ref) and \
+                tuple(b.values()[n.operands[0].name].shape) == tuple(n.shape):
+            b.add(n.name, "alias.default", [n.operands[0]], {}, n.shape, n.dtype)   # expands nothing: a view
         elif n.op == "expand.default":
             b.to_copy(n.name, n.operands[0], n.dtype, n.shape)     # a broadcasting identity
         elif n.op == "repeat.default" and isinstance(n.operands[0], Ref):
@@ -467,6 +476,88 @@ def _as_move(n: Node, b: _Builder, readers: dict[str, int], outputs: list[str]) 
         if index is not None and index.dim() == 1:
             table = [int(v) for v in index.tolist()]
     return to_move(n, values, foldable, table)
+
+
+def _swapped_last_two(node: Node | None) -> Ref | None:
+    """The operand of a node that swaps its operand's last two dims (a matrix transpose), else None."""
+    if node is None or not node.operands or not isinstance(node.operands[0], Ref):
+        return None
+    rank = len(node.shape)
+    if rank < 2:
+        return None
+    swap = list(range(rank - 2)) + [rank - 1, rank - 2]
+    if node.op == "permute.default" and [d % rank for d in node.attrs.get("dims", [])] == swap:
+        return node.operands[0]
+    if node.op == "transpose.int" and sorted(d % rank for d in (node.attrs.get("dim0", 0), node.attrs.get("dim1", 1))) \
+            == [rank - 2, rank - 1]:
+        return node.operands[0]
+    if node.op == "t.default" and rank == 2:
+        return node.operands[0]
+    return None
+
+
+_IDENTITIES = {"view.default", "reshape.default", "_unsafe_view.default", "alias.default", "expand.default",
+               "clone.default", "contiguous.default"}
+
+
+def _stored_operand(r: Ref, graph: Graph, batched: bool) -> tuple[Ref, bool]:
+    """What a matrix product's operand reads from memory, and whether it is transposed: through
+    nodes that keep its shape (views, an expand to its own shape), a broadcast of one matrix over
+    the batch (`torch.matmul` of a batch with one matrix expands it), and a swap of the last two dims."""
+    nodes = {m.name: m for m in graph.nodes}
+    shapes = {v.name: tuple(v.shape) for v in graph.inputs} | {m.name: tuple(m.shape) for m in graph.nodes}
+
+    def through(ref: Ref) -> Ref:
+        node = nodes.get(ref.name)
+        while node is not None and node.op in _IDENTITIES and node.operands and isinstance(node.operands[0], Ref) \
+                and shapes.get(node.operands[0].name) == tuple(node.shape):
+            ref = node.operands[0]
+            node = nodes.get(ref.name)
+        return ref
+
+    ref = through(r)
+    node = nodes.get(ref.name)
+    if batched and node is not None and node.op == "expand.default" and isinstance(node.operands[0], Ref):
+        inner = through(node.operands[0])
+        if shapes.get(inner.name) in (tuple(node.shape[-2:]), (1,) + tuple(node.shape[-2:])):
+            ref, node = inner, nodes.get(inner.name)      # one matrix for every batch
+    swapped = _swapped_last_two(node)
+    return (swapped, True) if swapped is not None else (ref, False)
+
+
+def _as_matmul(b: _Builder, n: Node, graph: Graph) -> bool:
+    """mm / bmm / addmm / baddbmm as one MATMUL node (lower_matmul) reading the stored operands: a
+    transpose of the last two dims that feeds it folds into its trans_a / trans_b flags (the
+    transposed copy is then dead). addmm's alpha and beta * bias follow it as elementwise ops (the
+    last under the node's name), which the family's epilogue takes."""
+    with_bias = n.op in ("addmm.default", "baddbmm.default")
+    refs = n.operands[1:3] if with_bias else n.operands[0:2]
+    if len(refs) != 2 or not all(isinstance(r, Ref) for r in refs) or n.dtype not in MATMUL_DTYPES or \
+            (with_bias and not isinstance(n.operands[0], Ref)):
+        return False              # left as it is: a refusal then names the op
+    values = b.values()
+    operands, flags = [], []
+    for r in refs:
+        operand, transposed = _stored_operand(r, graph, batched=len(n.shape) == 3)
+        if operand.name not in values:
+            operand, transposed = r, False
+        operands.append(operand)
+        flags.append(transposed)
+    if any(values[o.name].dtype != n.dtype for o in operands):
+        return False
+    alpha, beta = n.attrs.get("alpha", 1), n.attrs.get("beta", 1)
+    steps: list[tuple[str, list, dict, Shape]] = [(MATMUL, operands, {"trans_a": flags[0], "trans_b": flags[1]},
+                                                   tuple(n.shape))]
+    if alpha != 1:
+        steps.append(("mul.Tensor", [None, alpha], {}, tuple(n.shape)))
+    if with_bias and beta != 0:          # product + beta * bias (add's own alpha)
+        steps.append(("add.Tensor", [None, n.operands[0]], {"alpha": beta}, tuple(n.shape)))
+    previous: Ref | None = None
+    for i, (op, ops, attrs, shape) in enumerate(steps):
+        name = n.name if i == len(steps) - 1 else b.fresh(f"{n.name}_product" if i == 0 else f"{n.name}_scaled")
+        ops = [previous if o is None else o for o in ops]
+        previous = b.add(name, op, ops, attrs, shape, n.dtype)
+    return True
 
 
 def _diagonal_product(b: _Builder, n: Node) -> bool:
@@ -1036,8 +1127,8 @@ class _Planner:
         for k, r in enumerate(refs):
             if k > 0:       # other tensor operands are read as they are
                 base = _view_base(r, self.values, self.g)
-                if fam.name == "move" and not (base in self.inputs or base in self.result_of or base in self.owner):
-                    raise _Restart(base)       # a move reads every operand from memory: materialise it
+                if not fam.prologue and not (base in self.inputs or base in self.result_of or base in self.owner):
+                    raise _Restart(base)       # read from memory (a move, a matmul): materialise it
                 d.leaves.add(base)
                 continue
             region, leaves = self.region([r], d, inline=prologue and fam.prologue)

@@ -31,7 +31,16 @@ def _classify(kind: str) -> Callable[[str, str], str]:
     return emit
 
 
+def _signbit(x: str, ct: str) -> str:
+    if ct == "float":
+        return f"((ca_f2u({x}) >> 31) != 0u)"        # -0.0 and a NaN with its sign bit set too
+    if ct == "double":
+        return f"({x} < 0.0 || 1.0 / {x} < 0.0)"      # -0.0 too; a NaN's sign bit is not read
+    return f"({x} < 0)"
+
+
 CLASSIFY = {k: _classify(k) for k in ("isnan", "isinf", "isposinf", "isneginf", "isfinite")}
+CLASSIFY["signbit"] = _signbit
 # Ops that only pass values through or create constants.
 IDENTITY_OPS = {"clone", "alias", "_to_copy", "to", "contiguous", "lift_fresh_copy"}
 CONSTANT_OPS = {"scalar_tensor", "full"}
@@ -80,6 +89,35 @@ def _pow_scalar(node: Node, a: list[str], ct: str) -> str:
     if e == 0:
         return one
     return f"{math_fn('pow', ct)}({x}, {literal(e, ct)})"
+
+
+def _pow(node: Node, a: list[str], ct: str) -> str:
+    """x ** scalar (Tensor_Scalar), tensor ** tensor (Tensor_Tensor), scalar ** tensor (Scalar)."""
+    overload = node.op.partition(".")[2]
+    if overload == "Tensor_Scalar":
+        return _pow_scalar(node, a, ct)
+    if not _is_float(ct):
+        raise LoweringError("integer pow with a tensor exponent")
+    if overload == "Scalar":
+        return f"{math_fn('pow', ct)}({literal(node.attrs['self'], ct)}, {a[0]})"
+    return f"{math_fn('pow', ct)}({a[0]}, {a[1]})"
+
+
+def _fmax_fmin(name: str, op: str) -> Callable[[Node, list[str], str], str]:
+    """torch.fmax / fmin: a NaN operand loses to a number (C's fmax / fmin do the same)."""
+    def emit(node: Node, a: list[str], ct: str) -> str:
+        if _is_float(ct):
+            return f"{math_fn(name, ct)}({a[0]}, {a[1]})"
+        return f"({a[0]} {op} {a[1]} ? {a[0]} : {a[1]})"
+    return emit
+
+
+def _bitwise(op: str) -> Callable[[Node, list[str], str], str]:
+    def emit(node: Node, a: list[str], ct: str) -> str:
+        if _is_float(ct):
+            raise LoweringError("bitwise ops on floating-point values")
+        return f"(({ct})({a[0]} {op} {a[1]}))"
+    return emit
 
 
 def _gelu(node: Node, a: list[str], ct: str) -> str:
@@ -220,6 +258,8 @@ OPS: dict[str, Callable[[Node, list[str], str], str]] = {
     "acosh": _unary_math("acosh"), "atanh": _unary_math("atanh"),
     "atan2": _float_math2("atan2"), "hypot": _float_math2("hypot"), "copysign": _float_math2("copysign"),
     "fmod": _fmod, "remainder": _remainder,
+    "erfinv": _unary_math("erfinv"), "lgamma": _unary_math("lgamma"), "special_erfcx": _unary_math("erfcx"),
+    "i0": _unary_math("cyl_bessel_i0"),
     "floor": _unary_math("floor"), "ceil": _unary_math("ceil"), "trunc": _unary_math("trunc"),
     "round": _unary_math("rint"),
     "reciprocal": lambda n, a, ct: f"({literal(1, ct)} / {a[0]})",
@@ -242,12 +282,15 @@ OPS: dict[str, Callable[[Node, list[str], str], str]] = {
     "clamp_max": lambda n, a, ct: _clamp(a[0], None, _lit(n, "max", ct), ct),
     "maximum": lambda n, a, ct: f"nan_max({a[0]}, {a[1]})",
     "minimum": lambda n, a, ct: f"nan_min({a[0]}, {a[1]})",
-    "pow": _pow_scalar,
+    "fmax": _fmax_fmin("fmax", ">"), "fmin": _fmax_fmin("fmin", "<"),
+    "pow": _pow,
     "sign": _sign,
     "where": lambda n, a, ct: f"({a[0]} ? {a[1]} : {a[2]})",
     "logical_not": lambda n, a, ct: f"(!{a[0]})",
     "logical_and": lambda n, a, ct: f"({a[0]} && {a[1]})",
     "logical_or": lambda n, a, ct: f"({a[0]} || {a[1]})",
+    "logical_xor": lambda n, a, ct: f"({a[0]} != {a[1]})",
+    "bitwise_and": _bitwise("&"), "bitwise_or": _bitwise("|"), "bitwise_xor": _bitwise("^"),
     "bitwise_not": lambda n, a, ct: f"(!{a[0]})" if ct == "bool" else f"(~{a[0]})",
 }
 
@@ -274,14 +317,15 @@ FAST_OPS: dict[str, Callable[[Node, list[str], str], str]] = {
     "gelu": _gelu_fast,
 }
 
-# Overloads that exist in the table above (others of the same op, e.g. pow.Tensor_Tensor or
-# clamp.Tensor, are not lowered and get a clear message).
+# Overloads that exist in the table above (others of the same op, e.g. bitwise_and.Scalar_Tensor,
+# are not lowered and get a clear message).
 SUPPORTED_OVERLOADS = {
     "add": {"Tensor", "Scalar"}, "sub": {"Tensor", "Scalar"}, "rsub": {"Scalar", "Tensor"},
     "mul": {"Tensor", "Scalar"}, "div": {"Tensor", "Scalar", "Tensor_mode", "Scalar_mode"},
-    "pow": {"Tensor_Scalar"}, "clamp": {"default", "Tensor"}, "clamp_min": {"default"}, "clamp_max": {"default"},
+    "pow": {"Tensor_Scalar", "Tensor_Tensor", "Scalar"}, "clamp": {"default", "Tensor"}, "clamp_min": {"default"}, "clamp_max": {"default"},
     "where": {"self"},
-    "maximum": {"default"}, "minimum": {"default"},
+    "maximum": {"default"}, "minimum": {"default"}, "fmax": {"default"}, "fmin": {"default"},
+    "bitwise_and": {"Tensor", "Scalar"}, "bitwise_or": {"Tensor", "Scalar"}, "bitwise_xor": {"Tensor", "Scalar"},
     "atan2": {"default"}, "hypot": {"default"}, "copysign": {"Tensor", "Scalar"},
     "fmod": {"Tensor", "Scalar"}, "remainder": {"Tensor", "Scalar"},
     "eq": {"Tensor", "Scalar"}, "ne": {"Tensor", "Scalar"}, "lt": {"Tensor", "Scalar"},

@@ -2,7 +2,8 @@
 and compile them with NVRTC; this runs them on the H200, checked by the evaluator against PyTorch,
 at the default schedule and a random sample of legal ones. Covers what no example task exercises:
 every activation at once, broadcasting with `where`, type promotion, bf16 math, inverse and hyperbolic
-trig, atan2/hypot/copysign, float and integer modulo, tensor clamp bounds, fp16/bf16 row reductions,
+trig, atan2/hypot/copysign, float and integer modulo, pow with a tensor exponent or a scalar base, fmax/fmin,
+erfinv/lgamma/erfcx/i0, signbit and bitwise ops, tensor clamp bounds, fp16/bf16 row reductions,
 row groups of a single row (cross-entropy and log-softmax over a batch of one), and the data-movement
 family's cases (tests/test_codegen_move.py: cat, slices, chunk, unbind, pads, transposes, flips,
 roll, KernelBench's exclusive cumsum), alone and next to pointwise and scan kernels."""

@@ -1,0 +1,37 @@
+"""The matmul family on the GPU: the small cases of tests/test_codegen_matmul.py (tails in M, N and K,
+transposed operands, batches, fp16 / bf16 / fp64, addmm's alpha and beta, epilogues) through the
+evaluator at the default schedule and sampled legal ones, and one example task of each dtype at its
+default schedule."""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from core.codegen import generate
+from core.tasks import load_task, load_task_from_source
+from tests.gpu.codegen_check import failures_at
+from tests.test_codegen_matmul import CASES
+
+pytestmark = pytest.mark.gpu
+
+SAMPLED = 3
+TASKS = Path(__file__).resolve().parents[2] / "resources" / "tasks"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_matmul_case_is_correct_on_the_gpu(name):
+    task = load_task_from_source(CASES[name], name)
+    gen = generate(task)
+    schedules = [gen.spec.default()] + gen.spec.sample(random.Random(name), SAMPLED)
+    failures = failures_at(task, gen, schedules)
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("name", ["mm_odd_shapes", "mm_bf16_rect", "fused_linear_gelu_scale"])
+def test_example_product_is_correct_at_its_default_schedule(name):
+    task = load_task(TASKS / f"{name}.py")
+    gen = generate(task)
+    failures = failures_at(task, gen, [gen.spec.default()])
+    assert not failures, "\n".join(failures)

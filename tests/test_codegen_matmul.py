@@ -1,0 +1,174 @@
+"""The matmul family: what canonicalize makes of mm / bmm / addmm / linear, the schedule space, and
+the generated CUDA run on the CPU (the fuzz harness's thread-per-CUDA-thread emulation with
+AddressSanitizer) against the task's Model, at the default schedule and random legal ones."""
+from __future__ import annotations
+
+import random
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from core.codegen import CodegenError, generate
+from core.codegen.capture import capture
+from core.codegen.lower_matmul import MATMUL, Product, schedule_spec, smem_bytes, threads
+from core.codegen.partition import canonicalize
+from core.program import LaunchLimits
+from core.search.space import env_from_task
+from core.tasks import load_task, load_task_from_source
+from core.toolchain import CompileCache, compile_cuda
+from tests.test_codegen_fuzz import GXX, FuzzCase, report, run_fuzz
+
+HEADER = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
+TASKS = Path(__file__).resolve().parents[1] / "resources" / "tasks"
+# Example tasks whose products the family now lowers (before: "no code generator lowers 'mm.default'").
+EXAMPLE_TASKS = ["mm_square", "mm_batched", "mm_bf16_rect", "mm_fp16", "mm_odd_shapes", "mm_tall_skinny",
+                 "mm_transposed_b", "fused_linear_gelu_scale", "fused_matmul_bias_residual_relu", "fused_swiglu_bf16"]
+
+
+def _task(forward: str, inputs: str, init: str = "pass", args: str = "x, y") -> str:
+    return HEADER + f'''
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        {init}
+
+    def forward(self, {args}):
+        {forward}
+
+def get_inputs():
+    return {inputs}
+
+def get_init_inputs():
+    return []
+'''
+
+
+# Odd sizes everywhere: every tile has a tail in M, N and K.
+CASES = {
+    "linear_gelu_scale": _task("return F.gelu(self.fc(x)) * 2.0", "[torch.randn(17, 45)]",
+                               "self.fc = nn.Linear(45, 33)", "x"),
+    "linear3d_nobias": _task("return self.fc(x)", "[torch.randn(3, 7, 20)]",
+                             "self.fc = nn.Linear(20, 12, bias=False)", "x"),
+    "mm": _task("return torch.mm(x, y)", "[torch.randn(19, 37), torch.randn(37, 23)]"),
+    "mm_transposed_a": _task("return x.T @ y", "[torch.randn(37, 19), torch.randn(37, 23)]"),
+    "mm_transposed_b_relu": _task("return torch.relu(x @ y.t())", "[torch.randn(19, 37), torch.randn(23, 37)]"),
+    "bmm": _task("return torch.bmm(x, y)", "[torch.randn(3, 13, 29), torch.randn(3, 29, 11)]"),
+    "bmm_transposed": _task("return torch.bmm(x.transpose(1, 2), y.transpose(1, 2))",
+                            "[torch.randn(2, 29, 13), torch.randn(2, 11, 29)]"),
+    "addmm_alpha_beta": _task("return torch.addmm(b, x, y, beta=0.5, alpha=2.0)",
+                              "[torch.randn(16, 21), torch.randn(21, 18), torch.randn(18)]", args="x, y, b"),
+    "linear_fp16_residual": _task("return torch.relu(self.fc(x)) + x[:, :24]", "[torch.randn(40, 36).half()]",
+                                  "self.fc = nn.Linear(36, 24).half()", "x"),
+    "linear_bf16_sigmoid_scale": _task("return torch.sigmoid(self.fc(x)) * self.scale",
+                                       "[torch.randn(9, 50).bfloat16()]",
+                                       "self.fc = nn.Linear(50, 30).bfloat16()\n"
+                                       "        self.scale = nn.Parameter(torch.randn(30).bfloat16())", "x"),
+    "mm_fp64": _task("return x @ y - 1.0", "[torch.randn(11, 14).double(), torch.randn(14, 10).double()]"),
+    "matmul_broadcast_batch": _task("return torch.matmul(x, y)", "[torch.randn(3, 16, 20), torch.randn(20, 9)]"),
+    "mm_k1": _task("return x @ y", "[torch.randn(17, 1), torch.randn(1, 13)]"),
+    # A transposed batch times one matrix: torch.matmul expands the matrix over the batch, which the
+    # kernel reads once for all (batch stride 0) instead of a copy per batch.
+    "batch_transposed_times_matrix": _task("return torch.matmul(x.transpose(-1, -2), y.t())",
+                                           "[torch.randn(3, 29, 7), torch.randn(5, 29)]"),
+    "linear_then_row_mean": _task("return self.fc(x).mean(dim=1)", "[torch.randn(12, 40)]",
+                                  "self.fc = nn.Linear(40, 70)", "x"),
+    "mm_larger_tiles": _task("return x @ y", "[torch.randn(130, 72), torch.randn(72, 140)]"),
+}
+
+
+def _generated(name: str):
+    return generate(load_task_from_source(CASES[name], name))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_case_has_a_matmul_group(name):
+    gen = _generated(name)
+    families = [g.family for g in gen.groups] if gen.groups else [gen.family]
+    assert "matmul" in families, gen.notes
+
+
+def _canonical(name: str):
+    return canonicalize(capture(load_task_from_source(CASES[name], name)))
+
+
+def test_linear_reads_its_weight_where_it_lies_and_fuses_bias_and_activation():
+    canon = _canonical("linear_gelu_scale")
+    (mm,) = [n for n in canon.nodes if n.op == MATMUL]
+    assert [o.name for o in mm.operands] == ["x", "fc.weight"] and mm.attrs == {"trans_a": False, "trans_b": True}
+    assert not any(n.op.startswith(("permute", "ca_move")) for n in canon.nodes)    # no transposed copy
+    gen = _generated("linear_gelu_scale")
+    assert gen.family == "matmul" and "epilogue: add.Tensor, gelu.default, mul.Tensor" in gen.notes
+
+
+def test_transposes_fold_into_the_flags():
+    (mm,) = [n for n in _canonical("bmm_transposed").nodes if n.op == MATMUL]
+    assert mm.attrs == {"trans_a": True, "trans_b": True}
+    (mm,) = [n for n in _canonical("mm_transposed_a").nodes if n.op == MATMUL]
+    assert mm.attrs == {"trans_a": True, "trans_b": False}
+
+
+def test_a_matrix_broadcast_over_the_batch_is_read_once_for_all():
+    canon = _canonical("batch_transposed_times_matrix")
+    (mm,) = [n for n in canon.nodes if n.op == MATMUL]
+    assert [o.name for o in mm.operands] == ["x", "y"] and mm.attrs == {"trans_a": True, "trans_b": True}
+    assert [n.op for n in canon.nodes if n.op != MATMUL] == ["view.default"]      # no copies before it
+    assert "matmul: 3 x [7 x 29]ᵀ @ [29 x 5]ᵀ" in _generated("batch_transposed_times_matrix").notes[0]
+
+
+def test_addmm_scales_become_elementwise_ops_after_the_product():
+    canon = _canonical("addmm_alpha_beta")
+    ops = [(n.op, n.attrs) for n in canon.nodes]
+    assert ops[0][0] == MATMUL
+    assert ("mul.Tensor", {}) in ops and ("add.Tensor", {"alpha": 0.5}) in ops
+
+
+def test_schedule_space_limits_threads_shared_memory_and_waste():
+    spec = schedule_spec(Product(1, 4096, 4096, 4096, False, True, "float32"))
+    assert spec.default() == {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8}
+    for s in spec.enumerate():
+        assert 32 <= threads(s) <= 1024 and s["TM"] * s["TN"] <= 64
+        assert smem_bytes(Product(1, 4096, 4096, 4096, False, True, "float32"), s) <= 48 * 1024
+    assert "threads" in spec.why_illegal({"BM": 128, "BN": 128, "BK": 8, "TM": 1, "TN": 1})
+    small = schedule_spec(Product(1, 16, 20, 8, False, False, "float32"))
+    assert small.default()["BM"] == 16 and "larger than" in small.why_illegal(
+        {"BM": 128, "BN": 32, "BK": 8, "TM": 4, "TN": 4})
+    fp64 = Product(1, 4096, 4096, 4096, False, False, "float64")
+    assert "shared memory" in schedule_spec(fp64).why_illegal({"BM": 128, "BN": 128, "BK": 32, "TM": 8, "TN": 8})
+
+
+def test_a_default_that_fills_the_gpu_is_preferred():
+    spec = schedule_spec(Product(1, 1024, 1024, 512, False, False, "float16"))
+    s = spec.default()
+    assert (1024 // s["BM"]) * (1024 // s["BN"]) >= 132
+
+
+def test_products_the_family_does_not_take_say_why():
+    src = _task("return torch.matmul(x, y)", "[torch.randn(2, 3, 4, 5), torch.randn(5, 6).int()]")
+    with pytest.raises((CodegenError, RuntimeError)):
+        generate(load_task_from_source(src, "mixed"))
+
+
+@pytest.mark.skipif(GXX is None, reason="no host C++ compiler")
+def test_generated_matmuls_match_the_model_under_cpu_emulation():
+    cases = [FuzzCase(name, "matmul", source) for name, source in sorted(CASES.items())]
+    with tempfile.TemporaryDirectory() as tmp:
+        outcomes = run_fuzz(cases, 3, Path(tmp))
+    failed = [o for o in outcomes if o.failures or o.skipped]
+    assert not failed, report(outcomes)[:20000]
+    assert all(o.runs >= 2 for o in outcomes), [(o.case.name, o.runs) for o in outcomes]
+
+
+@pytest.mark.parametrize("name", EXAMPLE_TASKS)
+def test_example_tasks_with_products_generate_and_compile(name, tmp_path_factory):
+    task = load_task(TASKS / f"{name}.py")
+    gen = generate(task)
+    assert "matmul" in ([g.family for g in gen.groups] or [gen.family]), gen.notes
+    env = env_from_task(task)
+    cache = CompileCache(tmp_path_factory.getbasetemp() / "matmul-cache")
+    schedules = [gen.spec.default()] + gen.spec.sample(random.Random(name), 2)
+    for schedule in schedules:
+        program = gen.program.with_schedule(schedule)
+        program.resolve(env, LaunchLimits())
+        result = compile_cuda(program.source, arch="sm_90", options=program.compile_options(), cache=cache)
+        assert result.ok, f"{name} {schedule}:\n{result.error_summary()}"
