@@ -7,7 +7,8 @@ losses (K-dim cross-entropy included), scans and pooling, chains of data moves (
 transposes, flips, chunk, roll, select, index_select) with an op after them, few long reductions / scans / rows (the
 split paths), reductions whose results are used on the elements again ("compose"), and matrix
 products (torch.matmul with transposed operands, batches and a batch times one matrix, F.linear,
-addmm with alpha and beta) with an op after them half the time; shapes
+addmm with alpha and beta) and convolutions (1-D to 3-D, groups, strides, padding, dilation) with
+an op after them half the time; shapes
 with odd sizes (1, 3, 7, 33, 129...), 1-4 dims, float32 / float16 / bfloat16 where the op allows. For every task, generate() must lower it (every op drawn is in the
 scope of the generators: a CodegenError is a finding); the generated CUDA then runs on the CPU (the
 thread-per-CUDA-thread emulation of test_codegen_scan.py, 2-D and 3-D blocks included, with
@@ -47,7 +48,8 @@ GXX = shutil.which("g++")
 CASES = int(os.environ.get("CA_FUZZ_CASES", "60"))
 SEED = int(os.environ.get("CA_FUZZ_SEED", "0"))
 SCHEDULES = int(os.environ.get("CA_FUZZ_SCHEDULES", "3"))       # random legal schedules beyond the default
-FAMILIES = ["pointwise", "reduce", "softmax", "norm", "loss", "scan", "pool", "long", "compose", "move", "matmul"]
+FAMILIES = ["pointwise", "reduce", "softmax", "norm", "loss", "scan", "pool", "long", "compose", "move", "matmul",
+            "conv"]
 ONLY = [f for f in os.environ.get("CA_FUZZ_FAMILIES", "").split(",") if f]
 KEEP = os.environ.get("CA_FUZZ_KEEP")
 MAX_THREADS_PER_EXE = 2_000_000            # emulated threads (blocks x block size) per executable run
@@ -658,9 +660,35 @@ def gen_matmul(rng: random.Random, name: str) -> FuzzCase:
                     f"{dtype} {kind} m={m} n={n} k={k} batch={batch} ta={ta} tb={tb}")
 
 
+def gen_conv(rng: random.Random, name: str) -> FuzzCase:
+    """Convolutions (1-D to 3-D) with random channels, groups (depthwise included), kernels, strides,
+    padding and dilation, with or without a bias, and an elementwise op after them half the time."""
+    dtype = _dtype(rng)
+    dims = rng.choice([1, 2, 2, 3])
+    groups = rng.choice([1, 1, 2, 3])
+    cin = groups * rng.choice([1, 2, 3])
+    cout = groups * rng.choice([1, 2, 4]) if rng.random() < 0.8 else cin     # depthwise when cin == groups
+    for _ in range(100):
+        kernel = [rng.choice([1, 2, 3, 5]) for _ in range(dims)]
+        stride = [rng.choice([1, 1, 2, 3]) for _ in range(dims)]
+        padding = [rng.randint(0, k // 2 + 1) for k in kernel]
+        dilation = [rng.choice([1, 1, 2]) for _ in range(dims)]
+        size = [rng.choice([1, 3, 5, 8, 9, 16, 17]) for _ in range(dims)]
+        if all(d * (k - 1) + 1 <= sz + 2 * pd for d, k, sz, pd in zip(dilation, kernel, size, padding)) and \
+                _numel([2, cin] + size) <= 3000:
+            break
+    bias = rng.random() < 0.6
+    layer = (f"nn.Conv{dims}d({cin}, {cout}, {tuple(kernel)!r}, stride={tuple(stride)!r}, padding={tuple(padding)!r}, "
+             f"dilation={tuple(dilation)!r}, groups={groups}, bias={bias})")
+    cast = "" if dtype == F32 else f".to({dtype})"
+    body = ["z = self.conv(x)", f"return {_unary(rng, 'z')}" if rng.random() < 0.5 else "return z"]
+    return FuzzCase(name, "conv", _source("x", body, [_randn([rng.choice([1, 2])] + [cin] + size, dtype)],
+                                         init=[f"self.conv = {layer}{cast}"]), f"{dtype} {layer} on {size}")
+
+
 GENERATORS = {"pointwise": gen_pointwise, "reduce": gen_reduce, "softmax": gen_softmax, "norm": gen_norm,
               "loss": gen_loss, "scan": gen_scan, "pool": gen_pool, "long": gen_long,
-              "compose": gen_compose, "move": gen_move, "matmul": gen_matmul}
+              "compose": gen_compose, "move": gen_move, "matmul": gen_matmul, "conv": gen_conv}
 
 
 def draw_cases(count: int, seed: int, families: list[str] | None = None) -> list[FuzzCase]:

@@ -1,5 +1,5 @@
-"""The matmul family: what canonicalize makes of mm / bmm / addmm / linear, the schedule space, and
-the generated CUDA run on the CPU (the fuzz harness's thread-per-CUDA-thread emulation with
+"""The matmul and conv families: what canonicalize makes of mm / bmm / addmm / linear / convolutions,
+the schedule space, and the generated CUDA run on the CPU (the fuzz harness's thread-per-CUDA-thread emulation with
 AddressSanitizer) against the task's Model, at the default schedule and random legal ones."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from core.codegen import CodegenError, generate
 from core.codegen.capture import capture
-from core.codegen.lower_matmul import MATMUL, Product, schedule_spec, smem_bytes, threads
+from core.codegen.lower_matmul import CONV, MATMUL, Product, schedule_spec, smem_bytes, threads
 from core.codegen.partition import canonicalize
 from core.program import LaunchLimits
 from core.search.space import env_from_task
@@ -23,7 +23,8 @@ HEADER = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n
 TASKS = Path(__file__).resolve().parents[1] / "resources" / "tasks"
 # Example tasks whose products the family now lowers (before: "no code generator lowers 'mm.default'").
 EXAMPLE_TASKS = ["mm_square", "mm_batched", "mm_bf16_rect", "mm_fp16", "mm_odd_shapes", "mm_tall_skinny",
-                 "mm_transposed_b", "fused_linear_gelu_scale", "fused_matmul_bias_residual_relu", "fused_swiglu_bf16"]
+                 "mm_transposed_b", "fused_linear_gelu_scale", "fused_matmul_bias_residual_relu", "fused_swiglu_bf16",
+                 "conv_1d", "conv_2d", "conv_3d", "conv_depthwise2d", "fused_conv_bn_relu", "fused_conv_relu_maxpool"]
 
 
 def _task(forward: str, inputs: str, init: str = "pass", args: str = "x, y") -> str:
@@ -74,6 +75,20 @@ CASES = {
     "linear_then_row_mean": _task("return self.fc(x).mean(dim=1)", "[torch.randn(12, 40)]",
                                   "self.fc = nn.Linear(40, 70)", "x"),
     "mm_larger_tiles": _task("return x @ y", "[torch.randn(130, 72), torch.randn(72, 140)]"),
+    # Convolutions, lowered as implicit products by the same kernel (the conv family).
+    "conv2d_stride_pad_relu": _task("return torch.relu(self.c(x))", "[torch.randn(2, 3, 9, 10)]",
+                                    "self.c = nn.Conv2d(3, 8, 3, stride=2, padding=1)", "x"),
+    "conv1d_dilated_nobias": _task("return self.c(x)", "[torch.randn(2, 4, 20)]",
+                                   "self.c = nn.Conv1d(4, 6, 5, dilation=2, bias=False)", "x"),
+    "conv2d_depthwise": _task("return self.c(x) * 0.5", "[torch.randn(2, 8, 9, 7)]",
+                              "self.c = nn.Conv2d(8, 8, 3, padding=1, groups=8)", "x"),
+    "conv2d_groups_rect_kernel": _task("return self.c(x)", "[torch.randn(1, 6, 11, 8)]",
+                                       "self.c = nn.Conv2d(6, 9, (3, 2), stride=(1, 2), padding=(2, 0), groups=3)", "x"),
+    "conv3d": _task("return self.c(x)", "[torch.randn(1, 2, 5, 6, 7)]", "self.c = nn.Conv3d(2, 4, 3, padding=1)", "x"),
+    "conv2d_fp16_then_maxpool": _task("return F.max_pool2d(torch.relu(self.c(x)), 2)", "[torch.randn(2, 4, 12, 12).half()]",
+                                      "self.c = nn.Conv2d(4, 5, 3, padding=1).half()", "x"),
+    "conv2d_bn_eval": _task("return torch.relu(self.bn(self.c(x)))", "[torch.randn(2, 3, 8, 8)]",
+                            "self.c = nn.Conv2d(3, 6, 3, bias=False)\n        self.bn = nn.BatchNorm2d(6).eval()", "x"),
 }
 
 
@@ -82,10 +97,10 @@ def _generated(name: str):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_every_case_has_a_matmul_group(name):
+def test_every_case_has_a_product_group(name):
     gen = _generated(name)
     families = [g.family for g in gen.groups] if gen.groups else [gen.family]
-    assert "matmul" in families, gen.notes
+    assert ("conv" if name.startswith("conv") else "matmul") in families, gen.notes
 
 
 def _canonical(name: str):
@@ -114,6 +129,22 @@ def test_a_matrix_broadcast_over_the_batch_is_read_once_for_all():
     assert [o.name for o in mm.operands] == ["x", "y"] and mm.attrs == {"trans_a": True, "trans_b": True}
     assert [n.op for n in canon.nodes if n.op != MATMUL] == ["view.default"]      # no copies before it
     assert "matmul: 3 x [7 x 29]ᵀ @ [29 x 5]ᵀ" in _generated("batch_transposed_times_matrix").notes[0]
+
+
+def test_a_convolution_is_a_product_of_its_input_and_weight_with_the_bias_after_it():
+    canon = _canonical("conv2d_stride_pad_relu")
+    ops = [n.op for n in canon.nodes]
+    assert ops == [CONV, "view.default", "add.Tensor", "relu.default"]
+    gen = _generated("conv2d_stride_pad_relu")
+    assert gen.family == "conv" and "as [50 x 27] @ [27 x 8]" in gen.notes[0], gen.notes
+    # Groups are the batch of products: 3 groups of 2 -> 3 channels over 3x2 taps, 13x4 outputs.
+    assert "as 3 x [52 x 12] @ [12 x 3]" in _generated("conv2d_groups_rect_kernel").notes[0]
+
+
+def test_a_transposed_convolution_is_refused_with_the_op_named():
+    src = _task("return self.c(x)", "[torch.randn(1, 4, 5, 5)]", "self.c = nn.ConvTranspose2d(4, 2, 3)", "x")
+    with pytest.raises(CodegenError, match="convolution.default"):
+        generate(load_task_from_source(src, "deconv"))
 
 
 def test_addmm_scales_become_elementwise_ops_after_the_product():
@@ -163,7 +194,7 @@ def test_generated_matmuls_match_the_model_under_cpu_emulation():
 def test_example_tasks_with_products_generate_and_compile(name, tmp_path_factory):
     task = load_task(TASKS / f"{name}.py")
     gen = generate(task)
-    assert "matmul" in ([g.family for g in gen.groups] or [gen.family]), gen.notes
+    assert {"matmul", "conv"} & set([g.family for g in gen.groups] or [gen.family]), gen.notes
     env = env_from_task(task)
     cache = CompileCache(tmp_path_factory.getbasetemp() / "matmul-cache")
     schedules = [gen.spec.default()] + gen.spec.sample(random.Random(name), 2)

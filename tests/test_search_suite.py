@@ -109,7 +109,7 @@ def suite(tmp_path) -> Path:
     """Three tasks with records (one generated), one with none, one no generator lowers, one malformed."""
     folder = tmp_path / "suite"
     folder.mkdir()
-    for name in ("act_gelu", "softmax_lastdim", "act_silu_bf16", "conv_1d"):
+    for name in ("act_gelu", "softmax_lastdim", "act_silu_bf16", "conv_transpose2d"):
         shutil.copy(TASKS / f"{name}.py", folder)
     (folder / "broken.py").write_text(BROKEN)
     (folder / "row_sum.py").write_text(ROW_SUM)
@@ -129,7 +129,7 @@ def bench(suite: Path, records: Path, projects: Path, budget: int, observer=None
 def test_bench_lists_every_task_and_resumes_its_projects(suite, records, tmp_path):
     projects = tmp_path / "projects"
     report = bench(suite, records, projects, budget=2).run()
-    assert [r.task for r in report.rows] == ["act_gelu", "act_silu_bf16", "broken", "conv_1d", "row_sum",
+    assert [r.task for r in report.rows] == ["act_gelu", "act_silu_bf16", "broken", "conv_transpose2d", "row_sum",
                                              "softmax_lastdim"]
     rows = rows_by_task(report)
     for name in (*TIMES, "row_sum"):
@@ -140,7 +140,7 @@ def test_bench_lists_every_task_and_resumes_its_projects(suite, records, tmp_pat
     assert generated.speedup_eager == pytest.approx(0.03 / generated.best_ms)
     assert rows["act_silu_bf16"].status == "no record"
     assert "other source" in rows["act_silu_bf16"].note and "act_silu_bf16-old.cuagent" in rows["act_silu_bf16"].detail
-    assert rows["conv_1d"].status == "no lowering" and rows["conv_1d"].note.startswith("convolution")
+    assert rows["conv_transpose2d"].status == "no lowering" and rows["conv_transpose2d"].note.startswith("convolution")
     assert rows["broken"].status == "load error" and "syntax error at line 3" in rows["broken"].note
     assert rows["broken"].family is None and report.failed == [rows["broken"]]
     assert sorted(p.name for p in projects.iterdir()) == ["act_gelu.cuagent", "row_sum.cuagent",
@@ -162,7 +162,7 @@ def test_cli_writes_the_table_with_a_geomean_row(suite, records, tmp_path, capsy
     out = tmp_path / "results" / "h200.md"
     code = main(["bench", str(suite), "--replay", str(records), "--budget", "3", "--policy", "random",
                  "--programs", str(PROGRAMS),
-                 "--out", str(out), "--tasks", "act_gelu", "softmax_lastdim", "act_silu_bf16", "conv_1d"])
+                 "--out", str(out), "--tasks", "act_gelu", "softmax_lastdim", "act_silu_bf16", "conv_transpose2d"])
     assert code == 0                                         # no task failed to load or run
     text = out.read_text()
     assert text in capsys.readouterr().out
@@ -176,7 +176,7 @@ def test_cli_writes_the_table_with_a_geomean_row(suite, records, tmp_path, capsy
             "ok: budget spent; program file |") in lines
     assert "| act_silu_bf16 | activation | - | - | - | - | - | - | - | - | no record: the records of this name " \
            "were made from other source |" in lines
-    assert any(line.startswith("| conv_1d | conv | - |") and "no lowering: convolution.default" in line
+    assert any(line.startswith("| conv_transpose2d | conv | - |") and "no lowering: convolution.default" in line
                for line in lines)
     # geomeans: sqrt(2.0 * 2.5), sqrt(1.6 * 2.0), sqrt(0.8 * 0.5)
     assert "| geomean | | | | | | | 2.24x | 1.79x | 63 % | over 2 tasks |" in lines
@@ -214,7 +214,7 @@ def test_stop_ends_the_suite_after_the_task_in_flight(suite, records, tmp_path):
     report = b.run()
     rows = rows_by_task(report)
     assert rows["act_gelu"].status == "ok" and rows["act_gelu"].evaluated == 2
-    assert all(rows[n].status == "not run" for n in ("act_silu_bf16", "broken", "conv_1d", "row_sum",
+    assert all(rows[n].status == "not run" for n in ("act_silu_bf16", "broken", "conv_transpose2d", "row_sum",
                                                      "softmax_lastdim"))
     assert report.interrupted and "Interrupted (Ctrl-C): 5 of 6 tasks not run." in markdown(report)
 

@@ -7,8 +7,8 @@ pointwise prologue and epilogue), rownorm (reductions over the same rows with th
 ops that use their results on the rows again, one kernel: norms, logsumexp, row distances,
 softmax over any dim), scan (cumsum / cumprod with flips and pointwise ops around them), pool
 (max / avg pooling with a pointwise epilogue), matmul (a matrix product, batched or not, its operands
-read where they lie, transposed or not, with a pointwise epilogue). partition.py forms the groups; a family that
-refuses a group's prologue or epilogue is retried without it (those ops then run in a pointwise
+read where they lie, transposed or not, with a pointwise epilogue), conv (a convolution as an implicit
+product by the same kernel). partition.py forms the groups; a family that refuses a group's prologue or epilogue is retried without it (those ops then run in a pointwise
 group); a refused row group is retried with its reductions unfused, on the graph canonicalised
 without the row rewrites (the reduce + pointwise path). A graph with an op that no family lowers
 raises CodegenError naming the first such op and the task.
@@ -93,7 +93,8 @@ def _available() -> str:
                       "(cross-entropy, NLL, also over [N, C, d...])",
             "scan": "cumsum / cumprod (also reversed with flips)",
             "pool": "max / avg pooling",
-            "matmul": "matrix products (mm, bmm, matmul, nn.Linear, addmm) with elementwise ops on the result"}
+            "matmul": "matrix products (mm, bmm, matmul, nn.Linear, addmm) and convolutions (not transposed) "
+                      "with elementwise ops on the result"}
     return "; ".join(parts + [text[h] for h in have])
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from core.codegen.graph import Graph, Ref
-from core.codegen.lower_matmul import MATMUL
+from core.codegen.lower_matmul import CONV, MATMUL
 from core.codegen.pointwise_ops import IOTA
 
 _DTYPE_ATTRS = {"dtype"}
@@ -46,6 +46,13 @@ def interpret(graph: Graph, inputs: dict[str, torch.Tensor]) -> list[torch.Tenso
             a = a.transpose(-1, -2) if node.attrs.get("trans_a") else a
             b = b.transpose(-1, -2) if node.attrs.get("trans_b") else b
             env[node.name] = torch.matmul(a, b)
+            continue
+        if node.op == CONV:        # canonicalize's convolution without its bias
+            x, w = (env[o.name] for o in node.operands)
+            dims = x.dim() - 2
+            env[node.name] = torch.ops.aten.convolution(x, w, None, node.attrs["stride"], node.attrs["padding"],
+                                                        node.attrs["dilation"], False, [0] * dims,
+                                                        node.attrs["groups"])
             continue
         base, _, overload = node.op.partition(".")
         op = getattr(getattr(torch.ops.aten, base), overload)

@@ -38,8 +38,10 @@ from core.codegen.lower_pointwise import Lowering, emit_epilogue_chain, epilogue
 from core.codegen.pointwise_ops import is_pointwise
 from core.codegen.schedule import Knob, ScheduleSpec
 
-# Not an ATen op: canonicalize's form of mm / bmm / addmm / baddbmm (attrs trans_a, trans_b).
+# Not ATen ops: canonicalize's form of mm / bmm / addmm / baddbmm (attrs trans_a, trans_b), and of
+# a convolution without its bias (attrs stride, padding, dilation, groups; lowered as a product too).
 MATMUL = "cuda_agent_matmul.default"
+CONV = "cuda_agent_conv.default"
 SOURCE_OPS = {"mm.default", "bmm.default", "addmm.default", "baddbmm.default"}
 FLOATS = ("float32", "float16", "bfloat16", "float64")
 VIEW_OPS = {"unsqueeze.default", "squeeze.default", "squeeze.dim", "squeeze.dims", "view.default",
@@ -74,6 +76,27 @@ class Product:
     dtype: str                     # the operands' and the product's dtype
     a_batched: bool = True         # False: one matrix A for every batch (stride 0)
     b_batched: bool = True
+    conv: "ConvGeometry | None" = None     # A is the im2col view of a convolution's input
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """A convolution as a product (implicit GEMM), 1-D and 2-D as 3-D with size-1 dims: for group g
+    (the batch), rows m = (image, output position), columns = the group's output channels,
+    K = (input channel of the group, kernel tap); A[m, k] is the input element under that tap (zero
+    in the padding), B[k, co] the weight, read where it lies ([Cout, Cin/groups, taps] is B
+    transposed)."""
+
+    images: int
+    cin: int
+    cout: int
+    groups: int
+    in_size: tuple[int, int, int]
+    out_size: tuple[int, int, int]
+    kernel: tuple[int, int, int]
+    stride: tuple[int, int, int]
+    padding: tuple[int, int, int]
+    dilation: tuple[int, int, int]
 
 
 def is_matmul(node: Node, graph: Graph) -> bool:
@@ -102,6 +125,41 @@ def product_of(node: Node, graph: Graph) -> Product:
     return Product(batch, m, n, k, ta, tb, node.dtype, a_batched, b_batched)
 
 
+def _spatial3(values: Any, dims: int, fill: int) -> tuple[int, int, int]:
+    values = [int(v) for v in (values if isinstance(values, (list, tuple)) else [values] * dims)]
+    if len(values) == 1 and dims > 1:
+        values = values * dims
+    return tuple([fill] * (3 - dims) + values)          # type: ignore[return-value]
+
+
+def is_conv(node: Node, graph: Graph) -> bool:
+    """A CONV node of float input and weight of one dtype, 1 to 3 spatial dims (canonicalize makes them)."""
+    if node.op != CONV or len(node.operands) != 2 or not all(isinstance(o, Ref) for o in node.operands):
+        return False
+    x, w = (graph.value(o.name) for o in node.operands)
+    return x.dtype == w.dtype == node.dtype and node.dtype in FLOATS and 3 <= len(x.shape) <= 5 and \
+        len(w.shape) == len(x.shape)
+
+
+def conv_product(node: Node, graph: Graph) -> Product:
+    x, w = (tuple(graph.value(o.name).shape) for o in node.operands)
+    out = tuple(node.shape)
+    dims = len(x) - 2
+    groups = int(node.attrs.get("groups", 1))
+    geo = ConvGeometry(x[0], x[1], w[0], groups, _spatial3(x[2:], dims, 1), _spatial3(out[2:], dims, 1),
+                       _spatial3(w[2:], dims, 1), _spatial3(node.attrs.get("stride", 1), dims, 1),
+                       _spatial3(node.attrs.get("padding", 0), dims, 0), _spatial3(node.attrs.get("dilation", 1), dims, 1))
+    expected = tuple((i + 2 * p - d * (k - 1) - 1) // s + 1
+                     for i, p, d, k, s in zip(geo.in_size, geo.padding, geo.dilation, geo.kernel, geo.stride))
+    if geo.cin % groups or geo.cout % groups or w[1] != geo.cin // groups or expected != geo.out_size or \
+            out[:2] != (geo.images, geo.cout):
+        raise CodegenError(f"Task '{graph.task}': a convolution of {list(x)} by {list(w)} (groups {groups}) -> "
+                           f"{list(out)} that the conv family does not understand.", task=graph.task, ops=[node.op])
+    taps = math.prod(geo.kernel)
+    return Product(groups, geo.images * math.prod(geo.out_size), geo.cout // groups, geo.cin // groups * taps,
+                   True, True, node.dtype, conv=geo)
+
+
 # ---- group analysis -------------------------------------------------------------------------------
 
 @dataclass
@@ -122,15 +180,16 @@ def _fail(graph: Graph, what: str, ops: list[str]) -> CodegenError:
 
 
 def _analyse(graph: Graph) -> _Group:
-    anchors = [n for n in graph.nodes if n.op == MATMUL]
+    anchors = [n for n in graph.nodes if n.op in (MATMUL, CONV)]
     if len(anchors) != 1:
         raise _fail(graph, f"this group has {len(anchors)} products ({', '.join(graph.ops())})", graph.ops())
     anchor = anchors[0]
     inputs = {v.name: v for v in graph.inputs}
-    if not is_matmul(anchor, graph) or any(o.name not in inputs for o in anchor.operands):
+    takes = is_conv if anchor.op == CONV else is_matmul
+    if not takes(anchor, graph) or any(o.name not in inputs for o in anchor.operands):
         raise _fail(graph, f"the operands of '{anchor.name}' are not two group inputs of one float dtype",
                     [anchor.op])
-    product = product_of(anchor, graph)
+    product = conv_product(anchor, graph) if anchor.op == CONV else product_of(anchor, graph)
     alias = {anchor.name: anchor.name}
     reads = {v.name: (v.name, tuple(v.shape)) for v in graph.inputs}
     epilogue: list[Node] = []
@@ -249,14 +308,22 @@ def schedule_spec(p: Product) -> ScheduleSpec:
 
 # ---- lowering -------------------------------------------------------------------------------------
 
+def lower_conv(graph: Graph, kernel: str) -> Lowering:
+    """One kernel computing a convolution (as an implicit matrix product) and its pointwise epilogue."""
+    return lower_matmul(graph, kernel)
+
+
 def lower_matmul(graph: Graph, kernel: str) -> Lowering:
-    """One kernel computing a (batched) matrix product and its pointwise epilogue."""
+    """One kernel computing a (batched) matrix product, or a convolution, and its pointwise epilogue."""
     g = _analyse(graph)
     p = g.product
     if p.batch > MAX_GRID_YZ:
-        raise _fail(graph, f"a batch of {p.batch} products exceeds the grid's z limit ({MAX_GRID_YZ})", [MATMUL])
+        raise _fail(graph, f"a batch of {p.batch} products exceeds the grid's z limit ({MAX_GRID_YZ})", [g.anchor.op])
+    if max(p.m, p.n, p.k) >= 2**31:
+        raise _fail(graph, f"a [{p.m} x {p.k}] @ [{p.k} x {p.n}] product has a dimension past 32-bit indices",
+                    [g.anchor.op])
     if len(set(graph.outputs)) != len(graph.outputs):
-        raise _fail(graph, f"the group outputs {graph.outputs} name one value twice (one buffer each)", [MATMUL])
+        raise _fail(graph, f"the group outputs {graph.outputs} name one value twice (one buffer each)", [g.anchor.op])
     values: dict[str, Any] = {v.name: v for v in graph.inputs}
     values.update({n.name: n for n in graph.nodes})
     safe = lambda name: re.sub(r"\W", "_", name)
@@ -276,8 +343,16 @@ def lower_matmul(graph: Graph, kernel: str) -> Lowering:
         "outputs": list(graph.outputs),
     }
     shape = f"{p.batch} x " if p.batch > 1 else ""
-    notes = [f"matmul: {shape}[{p.m} x {p.k}]{'ᵀ' if p.trans_a else ''} @ [{p.k} x {p.n}]{'ᵀ' if p.trans_b else ''} "
-             f"{p.dtype}, accumulated in {'fp64' if p.dtype == 'float64' else 'fp32'}"]
+    acc = f"accumulated in {'fp64' if p.dtype == 'float64' else 'fp32'}"
+    if p.conv is not None:
+        c = p.conv
+        notes = [f"conv: {c.images} images, {c.cin} -> {c.cout} channels (groups {c.groups}), "
+                 f"{'x'.join(map(str, c.in_size))} -> {'x'.join(map(str, c.out_size))}, kernel "
+                 f"{'x'.join(map(str, c.kernel))}, stride {list(c.stride)}, padding {list(c.padding)}, dilation "
+                 f"{list(c.dilation)} {p.dtype}, as {shape}[{p.m} x {p.k}] @ [{p.k} x {p.n}], {acc}"]
+    else:
+        notes = [f"matmul: {shape}[{p.m} x {p.k}]{'ᵀ' if p.trans_a else ''} @ [{p.k} x {p.n}]{'ᵀ' if p.trans_b else ''} "
+                 f"{p.dtype}, {acc}"]
     if g.epilogue:
         notes.append(f"epilogue: {', '.join(n.op for n in g.epilogue)}")
     return Lowering(program, spec, notes)
@@ -302,6 +377,7 @@ constexpr bool TRANS_A = {flag(p.trans_a)};      // A stored [K, M] (else [M, K]
 constexpr bool TRANS_B = {flag(p.trans_b)};      // B stored [N, K] (else [K, N])
 constexpr bool A_BATCHED = {flag(p.a_batched)}, B_BATCHED = {flag(p.b_batched)};   // else one matrix for all
 constexpr int TX = BN / TN, TY = BM / TM, THREADS = TX * TY;
+{_conv_constants(p)}
 
 {epilogue}
 }}  // namespace {ns}
@@ -328,7 +404,21 @@ extern "C" __global__ void __launch_bounds__((BM / TM) * (BN / TN))
             const int m = TRANS_A ? i % BM : i / BK, k = TRANS_A ? i / BM : i % BK;
             const int gm = m0 + m, gk = k0 + k;
             acc_t v = (acc_t)0;
-            if (gm < M && gk < K) v = {load("(TRANS_A ? a[(long long)gk * M + gm] : a[(long long)gm * K + gk])")};
+            if (gm < M && gk < K) {{
+                if (CONV) {{
+                    // The input element under tap gk of output position gm (im2col, never stored).
+                    const int img = gm / OUT_POS, pos = gm % OUT_POS;
+                    const int od = pos / (OH * OW), oh = pos / OW % OH, ow = pos % OW;
+                    const int c = gk / TAPS, tap = gk % TAPS;
+                    const int id = od * SD - PD + tap / (KH * KW) * DD;
+                    const int ih = oh * SH - PH + tap / KW % KH * DH;
+                    const int iw = ow * SW - PW + tap % KW * DW;
+                    if (id >= 0 && id < ID && ih >= 0 && ih < IH && iw >= 0 && iw < IW)
+                        v = {load("A[(((long long)img * CIN + batch * CIN_G + c) * ID + id) * (IH * IW) + (long long)ih * IW + iw]")};
+                }} else {{
+                    v = {load("(TRANS_A ? a[(long long)gk * M + gm] : a[(long long)gm * K + gk])")};
+                }}
+            }}
             As[k][m] = v;
         }}
         for (int i = tid; i < BK * BN; i += THREADS) {{
@@ -359,12 +449,31 @@ extern "C" __global__ void __launch_bounds__((BM / TM) * (BN / TN))
         #pragma unroll
         for (int j = 0; j < TN; ++j) {{
             const int gn = n0 + tx + j * TX;
-            if (gm < M && gn < N)
-                epilogue(acc[i][j], (batch * M + gm) * (long long)N + gn{call_args});
+            if (gm < M && gn < N) {{
+                // A convolution's output is [images, channels, positions]; a product's [batch, M, N].
+                const long long e = CONV ? ((long long)(gm / OUT_POS) * COUT + batch * N + gn) * OUT_POS + gm % OUT_POS
+                                         : (batch * M + gm) * (long long)N + gn;
+                epilogue(acc[i][j], e{call_args});
+            }}
         }}
     }}
 }}
 """
+
+
+def _conv_constants(p: Product) -> str:
+    c = p.conv
+    if c is None:
+        return "constexpr bool CONV = false;\nconstexpr int OUT_POS = 1, OH = 1, OW = 1, TAPS = 1, KH = 1, KW = 1, SD = 1, " \
+               "SH = 1, SW = 1, PD = 0, PH = 0, PW = 0, DD = 1, DH = 1, DW = 1, ID = 1, IH = 1, IW = 1, CIN = 1, " \
+               "CIN_G = 1, COUT = 1;"
+    (id_, ih, iw), (od, oh, ow), (kd, kh, kw) = c.in_size, c.out_size, c.kernel
+    (sd, sh, sw), (pd, ph, pw), (dd, dh, dw) = c.stride, c.padding, c.dilation
+    return (f"constexpr bool CONV = true;   // A is the im2col view of the input [images, CIN, ID, IH, IW]\n"
+            f"constexpr int ID = {id_}, IH = {ih}, IW = {iw}, OH = {oh}, OW = {ow}, OUT_POS = {od * oh * ow};\n"
+            f"constexpr int KH = {kh}, KW = {kw}, TAPS = {kd * kh * kw};\n"
+            f"constexpr int SD = {sd}, SH = {sh}, SW = {sw}, PD = {pd}, PH = {ph}, PW = {pw}, DD = {dd}, DH = {dh}, DW = {dw};\n"
+            f"constexpr int CIN = {c.cin}, CIN_G = {c.cin // c.groups}, COUT = {c.cout};")
 
 
 def _emit_epilogue(graph: Graph, g: _Group, extra_c: list[str], out_c: list[str], values: dict[str, Any]) -> str:

@@ -54,7 +54,7 @@ import torch
 
 from core.codegen.errors import CodegenError
 from core.codegen.graph import Graph, GraphInput, Node, Ref
-from core.codegen.lower_matmul import FLOATS as MATMUL_DTYPES, MATMUL, SOURCE_OPS as MATMUL_SOURCES
+from core.codegen.lower_matmul import CONV, FLOATS as MATMUL_DTYPES, MATMUL, SOURCE_OPS as MATMUL_SOURCES
 from core.codegen.lower_move import ARANGES, MOVE, MOVE_OPS, arange_to_move, tensor_operands, to_move
 from core.codegen.lower_rowreduce import SOFTMAXES, is_rowreduce
 from core.codegen.lower_rownorm import row_signature, rows_fit
@@ -92,8 +92,11 @@ FAMILIES: dict[str, Family] = {
     # A matrix product (canonicalize makes mm / bmm / addmm / baddbmm one MATMUL node on the stored
     # operands); addmm's bias, activations and scales on the product join it as an epilogue.
     "matmul": Family("matmul", "core.codegen.lower_matmul", "is_matmul", "lower_matmul", False, True),
+    # A convolution (canonicalize makes it a CONV node, its bias an add after it), lowered as an
+    # implicit matrix product by the same kernel; elementwise ops on its output join it.
+    "conv": Family("conv", "core.codegen.lower_matmul", "is_conv", "lower_conv", False, True),
 }
-ANCHOR_ORDER = ("reduce", "scan", "pool", "move", "matmul")
+ANCHOR_ORDER = ("reduce", "scan", "pool", "move", "matmul", "conv")
 _MODULES: dict[str, ModuleType | None] = {}
 
 
@@ -396,6 +399,8 @@ def canonicalize(graph: Graph, rows: bool = False) -> Graph:
             pass
         elif n.op in MATMUL_SOURCES and _as_matmul(b, n, graph):
             pass
+        elif n.op == "convolution.default" and _as_conv(b, n):
+            pass
         elif n.base in SOFTMAXES and n.dtype in _COMPUTE and \
                 (n.name in feeding or not is_rowreduce(n, b.view) or (rows and _rows_take(n, b.view))):
             _split_softmax(b, n)
@@ -557,6 +562,28 @@ def _as_matmul(b: _Builder, n: Node, graph: Graph) -> bool:
         name = n.name if i == len(steps) - 1 else b.fresh(f"{n.name}_product" if i == 0 else f"{n.name}_scaled")
         ops = [previous if o is None else o for o in ops]
         previous = b.add(name, op, ops, attrs, shape, n.dtype)
+    return True
+
+
+def _as_conv(b: _Builder, n: Node) -> bool:
+    """A convolution (not transposed; 1 to 3 spatial dims; float) as a CONV node without its bias, and
+    the bias, viewed as [C, 1, ...], added after it: the family's epilogue takes that add."""
+    x, w = n.operands[0], n.operands[1]
+    bias = n.operands[2] if len(n.operands) > 2 else None
+    if n.attrs.get("transposed") or not isinstance(x, Ref) or not isinstance(w, Ref) or \
+            n.dtype not in MATMUL_DTYPES or not 3 <= len(n.shape) <= 5 or \
+            any(int(p) for p in (n.attrs.get("output_padding") or [])):
+        return False              # left as it is: a refusal then names the op
+    attrs = {k: n.attrs.get(k) for k in ("stride", "padding", "dilation", "groups")}
+    if bias is None:
+        b.add(n.name, CONV, [x, w], attrs, n.shape, n.dtype)
+        return True
+    if not isinstance(bias, Ref):
+        return False
+    product = b.add(b.fresh(f"{n.name}_product"), CONV, [x, w], attrs, n.shape, n.dtype)
+    channels = (n.shape[1],) + (1,) * (len(n.shape) - 2)
+    column = b.add(b.fresh(f"{n.name}_bias"), "view.default", [bias], {"size": list(channels)}, channels, n.dtype)
+    b.add(n.name, "add.Tensor", [product, column], {"alpha": 1}, n.shape, n.dtype)
     return True
 
 

@@ -1,7 +1,7 @@
-"""The matmul family on the GPU: the small cases of tests/test_codegen_matmul.py (tails in M, N and K,
-transposed operands, batches, fp16 / bf16 / fp64, addmm's alpha and beta, epilogues) through the
-evaluator at the default schedule and sampled legal ones, and one example task of each dtype at its
-default schedule."""
+"""The matmul and conv families on the GPU: the small cases of tests/test_codegen_matmul.py (tails in
+M, N and K, transposed operands, batches, fp16 / bf16 / fp64, addmm's alpha and beta, epilogues;
+convolutions with strides, padding, dilation and groups) through the evaluator at the default schedule
+and sampled legal ones, and example tasks at their default schedule."""
 from __future__ import annotations
 
 import random
@@ -29,7 +29,8 @@ def test_matmul_case_is_correct_on_the_gpu(name):
     assert not failures, "\n".join(failures)
 
 
-@pytest.mark.parametrize("name", ["mm_odd_shapes", "mm_bf16_rect", "fused_linear_gelu_scale"])
+@pytest.mark.parametrize("name", ["mm_odd_shapes", "mm_bf16_rect", "fused_linear_gelu_scale", "conv_2d",
+                                  "fused_conv_relu_maxpool"])
 def test_example_product_is_correct_at_its_default_schedule(name):
     task = load_task(TASKS / f"{name}.py")
     gen = generate(task)
