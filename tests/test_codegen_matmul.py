@@ -11,6 +11,7 @@ import pytest
 
 from core.codegen import CodegenError, generate
 from core.codegen.capture import capture
+from core.codegen import lower_matmul
 from core.codegen.lower_matmul import CONV, MATMUL, Product, schedule_spec, smem_bytes, threads
 from core.codegen.partition import canonicalize
 from core.program import LaunchLimits
@@ -156,16 +157,19 @@ def test_addmm_scales_become_elementwise_ops_after_the_product():
 
 def test_schedule_space_limits_threads_shared_memory_and_waste():
     spec = schedule_spec(Product(1, 4096, 4096, 4096, False, True, "float32"))
-    assert spec.default() == {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8}
+    assert spec.default() == {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "PREFETCH": 0}
     for s in spec.enumerate():
         assert 32 <= threads(s) <= 1024 and s["TM"] * s["TN"] <= 64
         assert smem_bytes(Product(1, 4096, 4096, 4096, False, True, "float32"), s) <= 48 * 1024
-    assert "threads" in spec.why_illegal({"BM": 128, "BN": 128, "BK": 8, "TM": 1, "TN": 1})
+    assert "threads" in spec.why_illegal({"BM": 128, "BN": 128, "BK": 8, "TM": 1, "TN": 1, "PREFETCH": 0})
+    assert "next slice" in spec.why_illegal({"BM": 64, "BN": 64, "BK": 32, "TM": 8, "TN": 8, "PREFETCH": 1})
+    assert spec.legal({"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "PREFETCH": 1})
     small = schedule_spec(Product(1, 16, 20, 8, False, False, "float32"))
     assert small.default()["BM"] == 16 and "larger than" in small.why_illegal(
-        {"BM": 128, "BN": 32, "BK": 8, "TM": 4, "TN": 4})
+        {"BM": 128, "BN": 32, "BK": 8, "TM": 4, "TN": 4, "PREFETCH": 0})
     fp64 = Product(1, 4096, 4096, 4096, False, False, "float64")
-    assert "shared memory" in schedule_spec(fp64).why_illegal({"BM": 128, "BN": 128, "BK": 32, "TM": 8, "TN": 8})
+    assert "shared memory" in schedule_spec(fp64).why_illegal({"BM": 128, "BN": 128, "BK": 32, "TM": 8, "TN": 8,
+                                                                "PREFETCH": 0})
 
 
 def test_a_default_that_fills_the_gpu_is_preferred():
@@ -203,3 +207,23 @@ def test_example_tasks_with_products_generate_and_compile(name, tmp_path_factory
         program.resolve(env, LaunchLimits())
         result = compile_cuda(program.source, arch="sm_90", options=program.compile_options(), cache=cache)
         assert result.ok, f"{name} {schedule}:\n{result.error_summary()}"
+
+
+@pytest.mark.skipif(GXX is None, reason="no host C++ compiler")
+def test_prefetching_schedules_match_the_model_under_cpu_emulation(monkeypatch):
+    """PREFETCH=1 (two shared buffers, the next slice in registers) as every case's first schedule."""
+    def prefetching(product):
+        spec = schedule_spec(product)
+        if spec.legal({**spec.default(), "PREFETCH": 1}):
+            spec.defaults = {**spec.defaults, "PREFETCH": 1}
+        return spec
+
+    monkeypatch.setattr(lower_matmul, "schedule_spec", prefetching)
+    names = ["mm", "bmm_transposed", "linear_fp16_residual", "mm_fp64", "mm_k1", "mm_larger_tiles",
+             "conv2d_groups_rect_kernel", "conv3d"]
+    for name in names:        # a product of several groups has its knobs as G<i>_PREFETCH
+        assert [v for k, v in _generated(name).spec.default().items() if k.endswith("PREFETCH")] == [1], name
+    cases = [FuzzCase(name, "matmul", CASES[name]) for name in names]
+    with tempfile.TemporaryDirectory() as tmp:
+        outcomes = run_fuzz(cases, 4, Path(tmp))
+    assert not [o for o in outcomes if o.failures or o.skipped], report(outcomes)[:20000]

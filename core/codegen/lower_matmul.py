@@ -19,9 +19,13 @@ each operand's contiguous dim, zero outside the matrices), and each of its (BM/T
 threads accumulates TM x TN products in registers. A thread's rows are ty, ty + BM/TM, ... and its
 columns tx, tx + BN/TN, ...: a warp reads neighbouring shared-memory words (no bank conflicts) and
 stores neighbouring outputs. Knobs:
-  BM, BN  the block's tile of C;
-  BK      the K slice staged per step (more work per __syncthreads, more shared memory);
-  TM, TN  each thread's micro-tile (registers: TM*TN accumulators).
+  BM, BN    the block's tile of C;
+  BK        the K slice staged per step (more work per __syncthreads, more shared memory);
+  TM, TN    each thread's micro-tile (registers: TM*TN accumulators);
+  PREFETCH  1: two shared buffers; each thread loads its part of the next slice into registers
+            before it multiplies the current one and stores it after (the loads' latency hides
+            behind the arithmetic; one barrier per step). 0 (the default, until a GPU says
+            otherwise): load, barrier, multiply, barrier.
 """
 from __future__ import annotations
 
@@ -53,6 +57,7 @@ THREAD_TILE_VALUES = (8, 4, 2, 1)
 MAX_THREADS = 1024
 MIN_THREADS = 32
 MAX_ACCUMULATORS = 64              # TM * TN registers per thread
+MAX_PREFETCH = 32                  # registers holding the next slice per thread (PREFETCH=1)
 MAX_STATIC_SHARED = 48 * 1024
 MAX_GRID_YZ = 65535
 SMS = 132                          # H200
@@ -244,7 +249,8 @@ def threads(s: Mapping[str, int]) -> int:
 
 def smem_bytes(p: Product, s: Mapping[str, int]) -> int:
     """The staged slices of A and B, each row padded by one word (see the kernel)."""
-    return s["BK"] * (s["BM"] + 1 + s["BN"] + 1) * ITEMSIZE["float64" if p.dtype == "float64" else "float32"]
+    return (1 + s.get("PREFETCH", 0)) * s["BK"] * (s["BM"] + 1 + s["BN"] + 1) * \
+        ITEMSIZE["float64" if p.dtype == "float64" else "float32"]
 
 
 def blocks(p: Product, s: Mapping[str, int]) -> int:
@@ -262,7 +268,16 @@ def schedule_spec(p: Product) -> ScheduleSpec:
         Knob("BK", BK_VALUES, "the K slice staged in shared memory per step"),
         Knob("TM", THREAD_TILE_VALUES, "rows per thread (registers)"),
         Knob("TN", THREAD_TILE_VALUES, "columns per thread (registers)"),
+        Knob("PREFETCH", (0, 1), "1: two shared buffers, the next K slice loaded into registers while this "
+                                 "one is multiplied"),
     ]
+
+    def prefetch(s: Mapping[str, int]) -> str | None:
+        if s["PREFETCH"] and s["BM"] // s["TM"] * (s["BN"] // s["TN"]) <= MAX_THREADS:
+            each = math.ceil(s["BM"] * s["BK"] / threads(s)) + math.ceil(s["BK"] * s["BN"] / threads(s))
+            if each > MAX_PREFETCH:
+                return f"PREFETCH=1 holds {each} elements of the next slice per thread (at most {MAX_PREFETCH})"
+        return None
 
     def shape(s: Mapping[str, int]) -> str | None:
         if s["TM"] > s["BM"] or s["TN"] > s["BN"]:
@@ -294,8 +309,8 @@ def schedule_spec(p: Product) -> ScheduleSpec:
             return f"{math.ceil(p.m / s['BM'])} row tiles exceed the grid's y limit"
         return None
 
-    spec = ScheduleSpec(knobs, [shape, shared, waste, grid])
-    legal = [dict(zip(("BM", "BN", "BK", "TM", "TN"), c)) for c in DEFAULT_PREFERENCE]
+    spec = ScheduleSpec(knobs, [shape, shared, waste, grid, prefetch])
+    legal = [{**dict(zip(("BM", "BN", "BK", "TM", "TN"), c)), "PREFETCH": 0} for c in DEFAULT_PREFERENCE]
     legal = [s for s in legal if spec.legal(s)]
     if not legal:
         raise CodegenError(f"the matmul family has no legal default schedule for {p}")
@@ -385,63 +400,102 @@ constexpr int TX = BN / TN, TY = BM / TM, THREADS = TX * TY;
 extern "C" __global__ void __launch_bounds__((BM / TM) * (BN / TN))
 {kernel}(const {ns}::in_t* __restrict__ A, const {ns}::in_t* __restrict__ B{extra_params}{out_params}, int M, int N, int K) {{
     using namespace {ns};
-    // Rows padded by one word: the transposed stores of a slice hit distinct banks.
-    __shared__ acc_t As[BK][BM + 1];
-    __shared__ acc_t Bs[BK][BN + 1];
+    // Rows padded by one word: the transposed stores of a slice hit distinct banks. PREFETCH: two
+    // buffers, the next slice loaded into registers while this one is multiplied (one barrier a step).
+    __shared__ acc_t As[1 + PREFETCH][BK][BM + 1];
+    __shared__ acc_t Bs[1 + PREFETCH][BK][BN + 1];
     const int tid = threadIdx.x, tx = tid % TX, ty = tid / TX;
     const long long batch = blockIdx.z;
     const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
     const in_t* a = A + (A_BATCHED ? batch * (long long)M * K : 0LL);
     const in_t* b = B + (B_BATCHED ? batch * (long long)K * N : 0LL);
+    // Element i of the slice at k0 (zero outside the matrices). Consecutive i run along each
+    // operand's contiguous dim, so consecutive threads load neighbouring elements.
+    auto a_at = [&](int k0, int i) -> acc_t {{
+        const int m = TRANS_A ? i % BM : i / BK, k = TRANS_A ? i / BM : i % BK;
+        const int gm = m0 + m, gk = k0 + k;
+        acc_t v = (acc_t)0;
+        if (gm < M && gk < K) {{
+            if (CONV) {{
+                // The input element under tap gk of output position gm (im2col, never stored).
+                const int img = gm / OUT_POS, pos = gm % OUT_POS;
+                const int od = pos / (OH * OW), oh = pos / OW % OH, ow = pos % OW;
+                const int c = gk / TAPS, tap = gk % TAPS;
+                const int id = od * SD - PD + tap / (KH * KW) * DD;
+                const int ih = oh * SH - PH + tap / KW % KH * DH;
+                const int iw = ow * SW - PW + tap % KW * DW;
+                if (id >= 0 && id < ID && ih >= 0 && ih < IH && iw >= 0 && iw < IW)
+                    v = {load("A[(((long long)img * CIN + batch * CIN_G + c) * ID + id) * (IH * IW) + (long long)ih * IW + iw]")};
+            }} else {{
+                v = {load("(TRANS_A ? a[(long long)gk * M + gm] : a[(long long)gm * K + gk])")};
+            }}
+        }}
+        return v;
+    }};
+    auto b_at = [&](int k0, int i) -> acc_t {{
+        const int n = TRANS_B ? i / BK : i % BN, k = TRANS_B ? i % BK : i / BN;
+        const int gn = n0 + n, gk = k0 + k;
+        return (gn < N && gk < K) ? {load("(TRANS_B ? b[(long long)gn * K + gk] : b[(long long)gk * N + gn])")} : (acc_t)0;
+    }};
+    auto put_a = [&](int buf, int i, acc_t v) {{
+        As[buf][TRANS_A ? i / BM : i % BK][TRANS_A ? i % BM : i / BK] = v;
+    }};
+    auto put_b = [&](int buf, int i, acc_t v) {{
+        Bs[buf][TRANS_B ? i % BK : i / BN][TRANS_B ? i / BK : i % BN] = v;
+    }};
     acc_t acc[TM][TN];
     #pragma unroll
     for (int i = 0; i < TM; ++i)
         #pragma unroll
         for (int j = 0; j < TN; ++j) acc[i][j] = (acc_t)0;
-    for (int k0 = 0; k0 < K; k0 += BK) {{
-        // Consecutive threads load consecutive elements of each operand's contiguous dim.
-        for (int i = tid; i < BM * BK; i += THREADS) {{
-            const int m = TRANS_A ? i % BM : i / BK, k = TRANS_A ? i / BM : i % BK;
-            const int gm = m0 + m, gk = k0 + k;
-            acc_t v = (acc_t)0;
-            if (gm < M && gk < K) {{
-                if (CONV) {{
-                    // The input element under tap gk of output position gm (im2col, never stored).
-                    const int img = gm / OUT_POS, pos = gm % OUT_POS;
-                    const int od = pos / (OH * OW), oh = pos / OW % OH, ow = pos % OW;
-                    const int c = gk / TAPS, tap = gk % TAPS;
-                    const int id = od * SD - PD + tap / (KH * KW) * DD;
-                    const int ih = oh * SH - PH + tap / KW % KH * DH;
-                    const int iw = ow * SW - PW + tap % KW * DW;
-                    if (id >= 0 && id < ID && ih >= 0 && ih < IH && iw >= 0 && iw < IW)
-                        v = {load("A[(((long long)img * CIN + batch * CIN_G + c) * ID + id) * (IH * IW) + (long long)ih * IW + iw]")};
-                }} else {{
-                    v = {load("(TRANS_A ? a[(long long)gk * M + gm] : a[(long long)gm * K + gk])")};
-                }}
-            }}
-            As[k][m] = v;
-        }}
-        for (int i = tid; i < BK * BN; i += THREADS) {{
-            const int n = TRANS_B ? i / BK : i % BN, k = TRANS_B ? i % BK : i / BN;
-            const int gn = n0 + n, gk = k0 + k;
-            acc_t v = (acc_t)0;
-            if (gn < N && gk < K) v = {load("(TRANS_B ? b[(long long)gn * K + gk] : b[(long long)gk * N + gn])")};
-            Bs[k][n] = v;
-        }}
-        __syncthreads();
+    auto multiply = [&](int buf) {{
         #pragma unroll
         for (int kk = 0; kk < BK; ++kk) {{
             acc_t ra[TM], rb[TN];
             #pragma unroll
-            for (int i = 0; i < TM; ++i) ra[i] = As[kk][ty + i * TY];
+            for (int i = 0; i < TM; ++i) ra[i] = As[buf][kk][ty + i * TY];
             #pragma unroll
-            for (int j = 0; j < TN; ++j) rb[j] = Bs[kk][tx + j * TX];
+            for (int j = 0; j < TN; ++j) rb[j] = Bs[buf][kk][tx + j * TX];
             #pragma unroll
             for (int i = 0; i < TM; ++i)
                 #pragma unroll
                 for (int j = 0; j < TN; ++j) acc[i][j] += ra[i] * rb[j];
         }}
+    }};
+    if (!PREFETCH) {{
+        for (int k0 = 0; k0 < K; k0 += BK) {{
+            for (int i = tid; i < BM * BK; i += THREADS) put_a(0, i, a_at(k0, i));
+            for (int i = tid; i < BK * BN; i += THREADS) put_b(0, i, b_at(k0, i));
+            __syncthreads();
+            multiply(0);
+            __syncthreads();
+        }}
+    }} else {{
+        constexpr int A_EACH = (BM * BK + THREADS - 1) / THREADS, B_EACH = (BK * BN + THREADS - 1) / THREADS;
+        for (int i = tid; i < BM * BK; i += THREADS) put_a(0, i, a_at(0, i));
+        for (int i = tid; i < BK * BN; i += THREADS) put_b(0, i, b_at(0, i));
         __syncthreads();
+        int cur = 0;
+        for (int k0 = 0; k0 < K; k0 += BK) {{
+            const bool more = k0 + BK < K;
+            acc_t ra[A_EACH], rb[B_EACH];
+            if (more) {{
+                #pragma unroll
+                for (int r = 0; r < A_EACH; ++r) ra[r] = tid + r * THREADS < BM * BK ? a_at(k0 + BK, tid + r * THREADS) : (acc_t)0;
+                #pragma unroll
+                for (int r = 0; r < B_EACH; ++r) rb[r] = tid + r * THREADS < BK * BN ? b_at(k0 + BK, tid + r * THREADS) : (acc_t)0;
+            }}
+            multiply(cur);
+            if (more) {{
+                // The other buffer was last read before the previous step's barrier.
+                #pragma unroll
+                for (int r = 0; r < A_EACH; ++r) if (tid + r * THREADS < BM * BK) put_a(cur ^ 1, tid + r * THREADS, ra[r]);
+                #pragma unroll
+                for (int r = 0; r < B_EACH; ++r) if (tid + r * THREADS < BK * BN) put_b(cur ^ 1, tid + r * THREADS, rb[r]);
+            }}
+            __syncthreads();
+            cur ^= 1;
+        }}
     }}
     #pragma unroll
     for (int i = 0; i < TM; ++i) {{
