@@ -19,6 +19,7 @@ from core.search.space import env_from_task
 from core.tasks import load_task, load_task_from_source
 from core.toolchain import CompileCache, compile_cuda
 from tests.test_codegen_fuzz import GXX, FuzzCase, report, run_fuzz
+from tests.test_export import _nvcc_command, nvcc_setup  # noqa: F401  (nvcc_setup is a fixture)
 
 HEADER = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
 TASKS = Path(__file__).resolve().parents[1] / "resources" / "tasks"
@@ -227,3 +228,22 @@ def test_prefetching_schedules_match_the_model_under_cpu_emulation(monkeypatch):
     with tempfile.TemporaryDirectory() as tmp:
         outcomes = run_fuzz(cases, 4, Path(tmp))
     assert not [o for o in outcomes if o.failures or o.skipped], report(outcomes)[:20000]
+
+
+def test_exported_product_and_convolution_programs_compile_with_nvcc(nvcc_setup, tmp_path):
+    """`cuda-agent export` of a generated product (GELU epilogue), a convolution + pool and a row
+    group + reduce program: the .cu with its launcher and PyTorch binding builds with nvcc (no GPU
+    needed). Programs of several groups keep each group's kernel in a namespace, which the launcher
+    must name (it did not: every multi-group export failed to build before 2026-12-05)."""
+    import subprocess
+
+    from core.project.export import check_program, render_cu
+
+    for name in ("fused_linear_gelu_scale", "fused_conv_relu_maxpool", "loss_kl_div"):
+        task = load_task(TASKS / f"{name}.py")
+        program = generate(task).program
+        check_program(program, task)
+        cu = tmp_path / f"{name}.cu"
+        cu.write_text(render_cu(program, task, name=name))
+        done = subprocess.run(_nvcc_command(cu, tmp_path / f"{name}.o", nvcc_setup), capture_output=True, text=True)
+        assert done.returncode == 0, f"{name}.cu does not compile:\n{done.stderr[-4000:]}"

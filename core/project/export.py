@@ -276,6 +276,16 @@ def provenance_from(candidate: Mapping[str, Any], *, gpu: str | None = None, **e
 # ---------------------------------------------------------------- the .cu file
 
 
+def qualified_kernel(source: str, kernel: str) -> str:
+    """How the launcher, at global scope, names a kernel: a generated program of several fusion
+    groups defines each group's kernel inside `namespace ca_g<i> { ... }  // namespace ca_g<i>`
+    (core/codegen/generate.py), where extern "C" keeps its symbol but C++ needs the qualified name."""
+    for m in re.finditer(r"namespace (\w+) \{(.*?)\n\}  // namespace \1\b", source, re.S):
+        if re.search(rf"__global__[^;{{}}]*\b{re.escape(kernel)}\s*\(", m.group(2)):
+            return f"{m.group(1)}::{kernel}"
+    return kernel
+
+
 class _Launcher:
     """Builds the host launcher text for one program, task and name."""
 
@@ -426,12 +436,13 @@ class _Launcher:
         else:
             emit("    void** ca_args = nullptr;")
         what = cpp_string(f"{where} ({kernel})")
+        function = qualified_kernel(self.program.source, kernel)
         if constant is None or constant > DEFAULT_SHARED_LIMIT:
             emit(f"    if (ca_shared > {DEFAULT_SHARED_LIMIT}) {{  // more than 48 KiB of dynamic shared memory needs an opt-in")
-            emit(f"      ca::check_cuda(cudaFuncSetAttribute((const void*){kernel}, cudaFuncAttributeMaxDynamicSharedMemorySize,")
+            emit(f"      ca::check_cuda(cudaFuncSetAttribute((const void*){function}, cudaFuncAttributeMaxDynamicSharedMemorySize,")
             emit(f"                                          static_cast<int>(ca_shared)), {what});")
             emit("    }")
-        emit(f"    ca::check_cuda(cudaLaunchKernel((const void*){kernel}, ca_grid, ca_block, ca_args, ca_shared, ca_stream), {what});")
+        emit(f"    ca::check_cuda(cudaLaunchKernel((const void*){function}, ca_grid, ca_block, ca_args, ca_shared, ca_stream), {what});")
         emit(f"    ca::check_cuda(cudaGetLastError(), {what});")
         emit("  }")
 
