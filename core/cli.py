@@ -316,6 +316,19 @@ def cmd_export(args) -> int:
     console.print(f"exported candidate {shipped.candidate_id} ({shipped.status}) of {shipped.task_name} to {args.out}:")
     for path in shipped.files:
         console.print(f"  {path}")
+    if args.check:
+        from core.project.export import build_check
+
+        cu = next(p for p in shipped.files if str(p).endswith(".cu"))
+        with console.status(f"building {cu} with nvcc ..."):
+            check = build_check(cu, arch=args.arch)
+        if check.built is None:
+            err.print(f"[yellow]not checked:[/yellow] {escape(check.message)}")
+        elif check.built:
+            console.print(f"build check: {escape(check.message)} in {check.seconds:.0f} s")
+        else:
+            err.print(f"[red]build check failed[/red] ({cu}):\n{escape(check.message)}")
+            return EXIT_REJECTED
     return EXIT_OK
 
 
@@ -352,6 +365,9 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--candidate", type=int, help="candidate id (default: the fastest measured one)")
     x.add_argument("--out", required=True, help="folder to write into")
     x.add_argument("--force", action="store_true", help="replace files that already exist there")
+    x.add_argument("--check", action="store_true", help="build the .cu with nvcc afterwards (no GPU needed; "
+                                                          "PyTorch's C++ headers and Python.h must be there)")
+    x.add_argument("--arch", default="sm_90", help="target of the --check build (default sm_90)")
     x.set_defaults(func=cmd_export)
 
     from core.search.cli import add_bench_parser, add_bench_search_parser, add_run_parser, add_train_parser

@@ -117,3 +117,23 @@ def test_export_of_a_missing_candidate_or_a_bad_file_is_a_clear_error(tmp_path):
     junk.write_text("not a database")
     done = run_cli("export", str(junk), "--out", str(tmp_path / "o2"))
     assert done.returncode == cli.EXIT_BAD_INPUT and "Traceback" not in done.stderr
+
+
+def test_export_check_builds_the_cu_with_nvcc(tmp_path):
+    from core.project.export import build_check
+    from core.toolchain import find_nvcc
+
+    project = tmp_path / "run.cuagent"
+    _project_with_one_measured_candidate(project)
+    done = run_cli("export", str(project), "--out", str(tmp_path / "export"), "--check")
+    if find_nvcc() is None:
+        assert done.returncode == 0 and "not checked" in done.stderr
+        return
+    probe = build_check(tmp_path / "export" / "act_gelu.cu")
+    if probe.built is None:
+        pytest.skip(probe.message)
+    assert done.returncode == 0 and "build check: nvcc built it for sm_90" in done.stdout, done.stdout + done.stderr
+    broken = tmp_path / "broken.cu"
+    broken.write_text((tmp_path / "export" / "act_gelu.cu").read_text().replace("ca::check_cuda(", "ca::check_cudaa(", 1))
+    check = build_check(broken)
+    assert check.built is False and "check_cudaa" in check.message

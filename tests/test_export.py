@@ -558,13 +558,9 @@ def test_export_record_of_a_program_and_of_a_python_solution(tmp_path):
 
 
 def _nvcc_command(cu: Path, obj: Path, shim: Path) -> list[str]:
-    from torch.utils.cpp_extension import include_paths
+    from core.project.export import nvcc_build_command
 
-    from core.toolchain import find_nvcc
-
-    includes = [shim, *map(Path, include_paths()), Path(sysconfig.get_paths()["include"])]
-    return [find_nvcc(), "-std=c++17", "-c", "-arch=sm_90", "-DTORCH_EXTENSION_NAME=x",
-            *(f"-I{d}" for d in includes), str(cu), "-o", str(obj)]
+    return nvcc_build_command(cu, obj, [shim])
 
 
 @pytest.fixture(scope="module")

@@ -734,6 +734,66 @@ def export_candidate(program: KernelProgram, task: Any, out_dir: str | Path, pro
     return ExportResult(files=paths)
 
 
+@dataclass
+class BuildCheck:
+    """What `build_check` found: built (True / False), or None when this machine cannot tell."""
+
+    built: bool | None
+    message: str
+    seconds: float = 0.0
+
+
+def nvcc_build_command(cu: Path, obj: Path, extra_includes: list[Path], arch: str = "sm_90") -> list[str]:
+    """nvcc compiling an exported NAME.cu to an object file: PyTorch's and Python's headers, no GPU."""
+    import sysconfig
+
+    from torch.utils.cpp_extension import include_paths
+
+    from core.toolchain import find_nvcc
+
+    includes = [*extra_includes, *map(Path, include_paths()), Path(sysconfig.get_paths()["include"])]
+    return [find_nvcc() or "nvcc", "-std=c++17", "-c", f"-arch={arch}", "-DTORCH_EXTENSION_NAME=x",
+            *(f"-I{d}" for d in includes), str(cu), "-o", str(obj)]
+
+
+def build_check(cu: str | Path, arch: str = "sm_90", timeout: float = 600.0) -> BuildCheck:
+    """Compile an exported NAME.cu with nvcc (kernels, launcher, binding; nothing runs): the check a
+    user's own build would make first. None when nvcc or the headers are missing here."""
+    import subprocess
+    import sysconfig
+    import tempfile
+    import time
+
+    from torch.utils.cpp_extension import include_paths
+
+    from core.toolchain import find_nvcc
+
+    if find_nvcc() is None:
+        return BuildCheck(None, "nvcc not found ($NVCC, $CUDA_HOME/bin, PATH)")
+    torch_include = Path(include_paths()[0])
+    if not (torch_include / "torch" / "csrc" / "utils" / "pybind.h").is_file():
+        return BuildCheck(None, f"PyTorch's C++ headers are missing under {torch_include}")
+    if not (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
+        return BuildCheck(None, "the Python development headers (Python.h) are missing")
+    with tempfile.TemporaryDirectory(prefix="cuda-agent-build-") as tmp:
+        shim = Path(tmp) / "shim"
+        # A CPU build of torch ships the c10/cuda headers but not this generated one (CUDA builds do).
+        if not (torch_include / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h").is_file():
+            (shim / "c10" / "cuda" / "impl").mkdir(parents=True)
+            (shim / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h").write_text("#pragma once\n")
+        start = time.perf_counter()
+        try:
+            done = subprocess.run(nvcc_build_command(Path(cu), Path(tmp) / "build.o", [shim], arch),
+                                  capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return BuildCheck(False, f"nvcc took longer than {timeout:.0f} s", timeout)
+        seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        errors = [line for line in done.stderr.splitlines() if "error" in line] or done.stderr.splitlines()[-10:]
+        return BuildCheck(False, "\n".join(errors[:20]), seconds)
+    return BuildCheck(True, f"nvcc built it for {arch}", seconds)
+
+
 def export_record(record: Mapping[str, Any], task: Any, out_dir: str | Path, *, name: str | None = None,
                   overwrite: bool = False, **provenance: Any) -> ExportResult:
     """Export a candidate record given as a dict (dataclasses.asdict(CandidateRecord) fits).
