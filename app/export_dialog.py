@@ -62,6 +62,8 @@ class ExportDialog(QDialog):
         layout.addLayout(folder)
         self.overwrite_box = QCheckBox("Replace files that already exist in the folder")
         layout.addWidget(self.overwrite_box)
+        self.check_box = QCheckBox("Check that the .cu builds with nvcc afterwards (no GPU needed; 10-20 s)")
+        layout.addWidget(self.check_box)
 
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
         self.export_button = self.buttons.addButton("Export", QDialogButtonBox.ButtonRole.AcceptRole)
@@ -90,3 +92,6 @@ class ExportDialog(QDialog):
 
     def overwrite(self) -> bool:
         return self.overwrite_box.isChecked()
+
+    def check_build(self) -> bool:
+        return self.check_box.isChecked()

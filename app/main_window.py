@@ -37,6 +37,7 @@ from core.evaluation.probe import probe_gpus
 from core.program import KernelProgram, ProgramError
 from core.search import events as run_events
 from core.search.session import RunConfig
+from core.project.export import BuildCheck, build_check
 from core.project.ship import ShippedCandidate, exportable_candidates, export_from_project
 from core.tasks import SuiteResult, Task, TaskError, load_task, scan_suite
 from core.toolchain import CompilePool, CompileResult, compile_ptx
@@ -62,6 +63,7 @@ class MainWindow(QMainWindow):
         self.export_dialog: ExportDialog | None = None
         self.run_dialog: RunDialog | None = None
         self.last_export: ShippedCandidate | None = None
+        self.last_build_check: BuildCheck | None = None   # of the last export, when one was asked for
         self._pool: CompilePool | None = None
         self._pool_lock = threading.Lock()
         self._closed = False
@@ -498,18 +500,19 @@ class MainWindow(QMainWindow):
             return
         self.export_dialog = dialog = ExportDialog(path, outcome.value, self, preselect=preselect)
         dialog.accepted.connect(lambda: self.export_candidate(path, dialog.candidate_id(), dialog.out_dir(),
-                                                              dialog.overwrite()))
+                                                              dialog.overwrite(), dialog.check_build()))
         self._busy(f"Choose a candidate of {path.name} to export")
         dialog.open()
 
     def export_candidate(self, path: str | Path, candidate_id: int | None, out_dir: str | Path,
-                         overwrite: bool = False) -> None:
-        """Write the candidate's files (the fastest measured one when candidate_id is None)."""
+                         overwrite: bool = False, check: bool = False) -> None:
+        """Write the candidate's files (the fastest measured one when candidate_id is None); with
+        `check`, then build its .cu with nvcc, in the same worker."""
         token = self._next("export")
         which = "the fastest candidate" if candidate_id is None else f"candidate {candidate_id}"
-        self._busy(f"Exporting {which} to {out_dir}…")
+        self._busy(f"Exporting {which} to {out_dir}{' and building it with nvcc' if check else ''}…")
         self.log(f"Exporting {which} of {path} to {out_dir}")
-        self.background.submit(export_from_project, Path(path), Path(out_dir), candidate_id, overwrite,
+        self.background.submit(_export_and_check, Path(path), Path(out_dir), candidate_id, overwrite, check,
                                on_done=partial(self._exported, token, Path(out_dir)))
 
     def _exported(self, token: int, out_dir: Path, outcome: Outcome) -> None:
@@ -519,12 +522,18 @@ class MainWindow(QMainWindow):
             hint = " (tick 'Replace files' to overwrite them)" if "would overwrite" in str(outcome.error) else ""
             self.show_error(f"Export failed: {outcome.error}{hint}")
             return
-        shipped: ShippedCandidate = outcome.value
+        shipped, check = outcome.value
         self.last_export = shipped
+        self.last_build_check = check
         self.log(f"Exported candidate {shipped.candidate_id} ({shipped.status}) of {shipped.task_name}:")
         for f in shipped.files:
             self.log(f"  {f}")
         self.activity.set_full_text(f"Exported candidate {shipped.candidate_id} to {out_dir}")
+        if check is not None:
+            self.log(check.summary())
+            if check.built is False:
+                self.show_error(f"Exported candidate {shipped.candidate_id}, but its .cu does not build with nvcc "
+                                "(the log has nvcc's errors)")
 
     # ---- opening files ---------------------------------------------------------------------
 
@@ -793,3 +802,13 @@ def _compile_in(pool: CompilePool, source: str, arch: str, options: list[str]) -
     """Runs in a worker thread: submit() loads NVRTC and reads the cache, the Future waits for the
     compile process. A plain function, so the worker holds no reference to the window."""
     return pool.submit(source, arch=arch, options=options).result()
+
+
+def _export_and_check(project: Path, out_dir: Path, candidate_id: int | None, overwrite: bool,
+                      check: bool) -> tuple[ShippedCandidate, BuildCheck | None]:
+    """Runs in a worker thread: the export, then (when asked) nvcc building its .cu."""
+    shipped = export_from_project(project, out_dir, candidate_id, overwrite=overwrite)
+    if not check:
+        return shipped, None
+    cu = next(f for f in shipped.files if str(f).endswith(".cu"))
+    return shipped, build_check(cu)

@@ -322,12 +322,8 @@ def cmd_export(args) -> int:
         cu = next(p for p in shipped.files if str(p).endswith(".cu"))
         with console.status(f"building {cu} with nvcc ..."):
             check = build_check(cu, arch=args.arch)
-        if check.built is None:
-            err.print(f"[yellow]not checked:[/yellow] {escape(check.message)}")
-        elif check.built:
-            console.print(f"build check: {escape(check.message)} in {check.seconds:.0f} s")
-        else:
-            err.print(f"[red]build check failed[/red] ({cu}):\n{escape(check.message)}")
+        (console if check.built else err).print(escape(check.summary()))
+        if check.built is False:
             return EXIT_REJECTED
     return EXIT_OK
 

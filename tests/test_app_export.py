@@ -75,6 +75,27 @@ def test_existing_files_are_kept_unless_replacing_is_asked_for(qtbot, make_windo
     assert "PYBIND11_MODULE" in (out / "act_gelu.cu").read_text()
 
 
+def test_the_dialog_can_build_the_exported_cu_with_nvcc(qtbot, make_window, tmp_path):
+    project = tmp_path / "run.cuagent"
+    _project(project, [[0.1, 0.11, 0.12]])
+    window = make_window()
+    window.export_from(project)
+    qtbot.waitUntil(lambda: window.export_dialog is not None, timeout=LOAD_MS)
+    dialog = window.export_dialog
+    assert not dialog.check_build()                          # off by default: it takes 10-20 s
+    dialog.check_box.setChecked(True)
+    dialog.out_edit.setText(str(tmp_path / "out"))
+    dialog.accept()
+    qtbot.waitUntil(lambda: window.last_export is not None or window.banner.isVisible(), timeout=120_000)
+    check = window.last_build_check
+    assert check is not None and not window.banner.isVisible(), window.banner.text()
+    log = window.log_view.toPlainText()
+    if check.built is None:                                  # no nvcc or headers on this machine
+        assert "build check not made" in log
+    else:
+        assert check.built and "build check: nvcc built it" in log
+
+
 @pytest.mark.parametrize("case", ["not a project", "nothing measured"])
 def test_a_project_that_cannot_be_exported_is_a_banner(qtbot, make_window, tmp_path, case):
     project = tmp_path / "p.cuagent"

@@ -742,6 +742,14 @@ class BuildCheck:
     message: str
     seconds: float = 0.0
 
+    def summary(self) -> str:
+        """One line for a log or a terminal (nvcc's error lines follow a failure)."""
+        if self.built is None:
+            return f"build check not made: {self.message}"
+        if self.built:
+            return f"build check: {self.message} in {self.seconds:.0f} s"
+        return f"build check failed:\n{self.message}"
+
 
 def nvcc_build_command(cu: Path, obj: Path, extra_includes: list[Path], arch: str = "sm_90") -> list[str]:
     """nvcc compiling an exported NAME.cu to an object file: PyTorch's and Python's headers, no GPU."""
