@@ -19,7 +19,7 @@ from core.search.space import env_from_task
 from core.tasks import load_task, load_task_from_source
 from core.toolchain import CompileCache, compile_cuda
 from tests.test_codegen_fuzz import GXX, FuzzCase, report, run_fuzz
-from tests.test_export import _nvcc_command, nvcc_setup  # noqa: F401  (nvcc_setup is a fixture)
+from tests.test_export import nvcc_setup  # noqa: F401  (a fixture)
 
 HEADER = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
 TASKS = Path(__file__).resolve().parents[1] / "resources" / "tasks"
@@ -237,7 +237,7 @@ def test_exported_product_and_convolution_programs_compile_with_nvcc(nvcc_setup,
     must name (it did not: every multi-group export failed to build before 2026-12-05)."""
     import subprocess
 
-    from core.project.export import check_program, render_cu
+    from core.project.export import check_program, nvcc_build_command, render_cu
 
     for name in ("fused_linear_gelu_scale", "fused_conv_relu_maxpool", "loss_kl_div"):
         task = load_task(TASKS / f"{name}.py")
@@ -245,5 +245,6 @@ def test_exported_product_and_convolution_programs_compile_with_nvcc(nvcc_setup,
         check_program(program, task)
         cu = tmp_path / f"{name}.cu"
         cu.write_text(render_cu(program, task, name=name))
-        done = subprocess.run(_nvcc_command(cu, tmp_path / f"{name}.o", nvcc_setup), capture_output=True, text=True)
+        done = subprocess.run(nvcc_build_command(cu, tmp_path / f"{name}.o", [nvcc_setup]),
+                              capture_output=True, text=True)
         assert done.returncode == 0, f"{name}.cu does not compile:\n{done.stderr[-4000:]}"

@@ -11,7 +11,6 @@ import os
 import re
 import shutil
 import subprocess
-import sysconfig
 import time
 import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
@@ -565,23 +564,12 @@ def _nvcc_command(cu: Path, obj: Path, shim: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def nvcc_setup(tmp_path_factory):
-    from torch.utils.cpp_extension import include_paths
+    from core.project.export import build_tools_missing, header_shim
 
-    from core.toolchain import find_nvcc
-
-    if find_nvcc() is None:
-        pytest.skip("nvcc not found: cannot compile the exported .cu")
-    torch_include = Path(include_paths()[0])
-    if not (torch_include / "torch" / "csrc" / "utils" / "pybind.h").is_file():
-        pytest.skip(f"PyTorch's C++ headers are missing under {torch_include}")
-    if not (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
-        pytest.skip("the Python development headers (Python.h) are missing")
-    shim = tmp_path_factory.mktemp("shim")
-    # A CPU build of torch ships the c10/cuda headers but not this generated one (CUDA builds do).
-    if not (torch_include / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h").is_file():
-        (shim / "c10" / "cuda" / "impl").mkdir(parents=True)
-        (shim / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h").write_text("#pragma once\n")
-    return shim
+    missing = build_tools_missing()
+    if missing:
+        pytest.skip(f"cannot compile the exported .cu: {missing}")
+    return header_shim(tmp_path_factory.mktemp("shim"))
 
 
 def _compile_all(names: list[str], out: Path, shim: Path) -> None:

@@ -505,12 +505,11 @@ _IDENTITIES = {"view.default", "reshape.default", "_unsafe_view.default", "alias
                "clone.default", "contiguous.default"}
 
 
-def _stored_operand(r: Ref, graph: Graph, batched: bool) -> tuple[Ref, bool]:
+def _stored_operand(r: Ref, nodes: dict[str, Node], shapes: dict[str, Shape], batched: bool) -> tuple[Ref, bool]:
     """What a matrix product's operand reads from memory, and whether it is transposed: through
     nodes that keep its shape (views, an expand to its own shape), a broadcast of one matrix over
-    the batch (`torch.matmul` of a batch with one matrix expands it), and a swap of the last two dims."""
-    nodes = {m.name: m for m in graph.nodes}
-    shapes = {v.name: tuple(v.shape) for v in graph.inputs} | {m.name: tuple(m.shape) for m in graph.nodes}
+    the batch (`torch.matmul` of a batch with one matrix expands it), and a swap of the last two dims.
+    `nodes` and `shapes`: the captured graph's, by name."""
 
     def through(ref: Ref) -> Ref:
         node = nodes.get(ref.name)
@@ -541,9 +540,11 @@ def _as_matmul(b: _Builder, n: Node, graph: Graph) -> bool:
             (with_bias and not isinstance(n.operands[0], Ref)):
         return False              # left as it is: a refusal then names the op
     values = b.values()
+    nodes = {m.name: m for m in graph.nodes}
+    shapes = {v.name: tuple(v.shape) for v in graph.inputs} | {m.name: tuple(m.shape) for m in graph.nodes}
     operands, flags = [], []
     for r in refs:
-        operand, transposed = _stored_operand(r, graph, batched=len(n.shape) == 3)
+        operand, transposed = _stored_operand(r, nodes, shapes, batched=len(n.shape) == 3)
         if operand.name not in values:
             operand, transposed = r, False
         operands.append(operand)

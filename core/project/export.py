@@ -764,31 +764,48 @@ def nvcc_build_command(cu: Path, obj: Path, extra_includes: list[Path], arch: st
             *(f"-I{d}" for d in includes), str(cu), "-o", str(obj)]
 
 
-def build_check(cu: str | Path, arch: str = "sm_90", timeout: float = 600.0) -> BuildCheck:
-    """Compile an exported NAME.cu with nvcc (kernels, launcher, binding; nothing runs): the check a
-    user's own build would make first. None when nvcc or the headers are missing here."""
-    import subprocess
+def build_tools_missing() -> str | None:
+    """Why this machine cannot build an exported NAME.cu (None: it can): nvcc, PyTorch's C++
+    headers or the Python development headers are missing."""
     import sysconfig
-    import tempfile
-    import time
 
     from torch.utils.cpp_extension import include_paths
 
     from core.toolchain import find_nvcc
 
     if find_nvcc() is None:
-        return BuildCheck(None, "nvcc not found ($NVCC, $CUDA_HOME/bin, PATH)")
+        return "nvcc not found ($NVCC, $CUDA_HOME/bin, PATH)"
     torch_include = Path(include_paths()[0])
     if not (torch_include / "torch" / "csrc" / "utils" / "pybind.h").is_file():
-        return BuildCheck(None, f"PyTorch's C++ headers are missing under {torch_include}")
+        return f"PyTorch's C++ headers are missing under {torch_include}"
     if not (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
-        return BuildCheck(None, "the Python development headers (Python.h) are missing")
+        return "the Python development headers (Python.h) are missing"
+    return None
+
+
+def header_shim(folder: Path) -> Path:
+    """`folder`, holding the one header a CPU build of torch lacks (CUDA builds generate it): an
+    include dir that lets nvcc build an export against such a build."""
+    from torch.utils.cpp_extension import include_paths
+
+    if not (Path(include_paths()[0]) / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h").is_file():
+        (folder / "c10" / "cuda" / "impl").mkdir(parents=True, exist_ok=True)
+        (folder / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h").write_text("#pragma once\n")
+    return folder
+
+
+def build_check(cu: str | Path, arch: str = "sm_90", timeout: float = 600.0) -> BuildCheck:
+    """Compile an exported NAME.cu with nvcc (kernels, launcher, binding; nothing runs): the check a
+    user's own build would make first. None when nvcc or the headers are missing here."""
+    import subprocess
+    import tempfile
+    import time
+
+    missing = build_tools_missing()
+    if missing:
+        return BuildCheck(None, missing)
     with tempfile.TemporaryDirectory(prefix="cuda-agent-build-") as tmp:
-        shim = Path(tmp) / "shim"
-        # A CPU build of torch ships the c10/cuda headers but not this generated one (CUDA builds do).
-        if not (torch_include / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h").is_file():
-            (shim / "c10" / "cuda" / "impl").mkdir(parents=True)
-            (shim / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h").write_text("#pragma once\n")
+        shim = header_shim(Path(tmp) / "shim")
         start = time.perf_counter()
         try:
             done = subprocess.run(nvcc_build_command(Path(cu), Path(tmp) / "build.o", [shim], arch),
