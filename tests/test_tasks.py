@@ -262,6 +262,22 @@ def test_make_inputs_error_is_a_task_error():
         task.make_inputs(0, "meta")
 
 
+def test_out_of_memory_is_not_wrapped_as_a_task_error(monkeypatch):
+    # The evaluator's judge and runner make room and draw again on torch.OutOfMemoryError; a
+    # TaskError around it made that path unreachable for a set drawn inside get_inputs().
+    task = small_task(IDENTITY_BODY)
+
+    def out_of_memory(*args):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(task.module, "get_inputs", out_of_memory)
+    with pytest.raises(torch.OutOfMemoryError):
+        task.make_inputs(0)
+    monkeypatch.setattr(task.module, "Model", out_of_memory)
+    with pytest.raises(torch.OutOfMemoryError):
+        task.make_model(0)
+
+
 def test_make_model_is_deterministic_per_seed(good):
     a, b, c = good.make_model(7), good.make_model(7), good.make_model(8)
     assert a.training  # eval() is not forced

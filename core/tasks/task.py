@@ -122,6 +122,8 @@ class Task:
             with torch.device(device):
                 model = model_cls(*init_inputs)
             return model.to(device)
+        except torch.OutOfMemoryError:
+            raise   # the evaluator makes room and tries again; a TaskError would hide that
         except Exception as exc:
             raise TaskError(
                 f"{self._where()}: building Model(*get_init_inputs()) on device {str(device)!r} "
@@ -140,6 +142,8 @@ class Task:
             with torch.device(device):
                 values = list(get_inputs())
             return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
+        except torch.OutOfMemoryError:
+            raise   # the evaluator makes room and tries again; a TaskError would hide that
         except Exception as exc:
             raise TaskError(
                 f"{self._where()}: get_inputs() on device {str(device)!r} failed: "
