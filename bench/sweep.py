@@ -130,6 +130,7 @@ def sweep_task(task, gen, evals: int, projects: Path, settings: SupervisorSettin
                                         "reason": result.reason[:400]})
                 continue
             m = result.measurement
+            row.setdefault("measured", []).append({"schedule": schedule, "ms": m.median_ms})
             if i == 0:
                 row["default_ms"] = m.median_ms
             if best is None or m.median_ms < best.median_ms:

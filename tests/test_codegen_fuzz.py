@@ -835,9 +835,57 @@ def _run_code(index: int, program, plan, inputs: dict[str, torch.Tensor]) -> str
     return "\n".join(lines)
 
 
+# mma.sync m16n8k16 (the matmul family's MMA=1): every lane of the warp publishes its fragments; each
+# computes its own four results from the whole 16x16 A and 16x8 B tiles, decoded with the layout of
+# the PTX ISA (lane = 4 * groupID + threadID_in_group; a register holds two elements, the lower k in
+# its low half). A lane that skips the instruction deadlocks the warp barrier, as on the GPU.
+WARP_MMA = r"""
+static unsigned ca_mma_a[32][32][4], ca_mma_b[32][32][2];
+static float ca_half_to_float(unsigned short h, bool bf16) {
+    if (bf16) { unsigned u = (unsigned)h << 16; float f; memcpy(&f, &u, 4); return f; }
+    const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    const float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 0x400), e - 25);
+    return (h & 0x8000) ? -v : v;
+}
+static void ca_warp_mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2], bool bf16) {
+    const int w = ca_lin / 32, lane = ca_lin % 32, g = lane / 4, t = lane % 4;
+    memcpy(ca_mma_a[w][lane], a, sizeof a);
+    memcpy(ca_mma_b[w][lane], b, sizeof b);
+    ca_warp_barrier[w].wait("mma.sync");
+    auto element = [&](unsigned reg, int k) { return ca_half_to_float((unsigned short)(reg >> (16 * (k % 2))), bf16); };
+    for (int q = 0; q < 4; ++q) {
+        const int row = g + (q >= 2 ? 8 : 0), col = 2 * t + q % 2;
+        float sum = 0.0f;
+        for (int k = 0; k < 16; ++k) {
+            const float x = element(ca_mma_a[w][row % 8 * 4 + k % 8 / 2][(row >= 8) + 2 * (k >= 8)], k);
+            const float y = element(ca_mma_b[w][col * 4 + k % 8 / 2][k >= 8], k);
+            sum += x * y;
+        }
+        d[q] += sum;
+    }
+    ca_warp_barrier[w].wait("mma.sync");
+}
+#define CA_WARP_MMA ca_warp_mma
+// ldmatrix.sync.aligned.m8n8.x4.shared.b16: lane l gives row l % 8 of matrix l / 8; each lane gets,
+// from each matrix i, the two elements of row l / 4 at columns 2 * (l % 4).
+static const unsigned short* ca_ldm_row[32][32];
+static void ca_warp_ldmatrix(unsigned (&r)[4], const unsigned short* row) {
+    const int w = ca_lin / 32, lane = ca_lin % 32;
+    ca_ldm_row[w][lane] = row;
+    ca_warp_barrier[w].wait("ldmatrix");
+    for (int i = 0; i < 4; ++i) {
+        const unsigned short* p = ca_ldm_row[w][i * 8 + lane / 4] + 2 * (lane % 4);
+        r[i] = (unsigned)p[0] | ((unsigned)p[1] << 16);
+    }
+    ca_warp_barrier[w].wait("ldmatrix");
+}
+#define CA_WARP_LDMATRIX ca_warp_ldmatrix
+"""
+
+
 def _build(chunk: list[tuple[int, Prepared, int]], folder: Path, tag: str) -> tuple[Path | None, str]:
     """One executable for (run index, case, schedule number) triples; (path, g++ errors)."""
-    code = [EMULATION, EMULATED_SMEM, "#define __CUDACC__", "#define __align__(n) __attribute__((aligned(n)))"]
+    code = [EMULATION, EMULATED_SMEM, WARP_MMA, "#define __CUDACC__", "#define __align__(n) __attribute__((aligned(n)))"]
     for k, p, j in chunk:
         code.append(_run_code(k, p.programs[j], p.plans[j], p.inputs))
     code += ["int main(int argc, char** argv) {", "    switch (atoi(argv[1])) {"]

@@ -14,6 +14,7 @@ from core.codegen.capture import capture
 from core.codegen import lower_matmul
 from core.codegen.lower_matmul import CONV, MATMUL, Product, schedule_spec, smem_bytes, threads
 from core.codegen.partition import canonicalize
+from core.codegen.schedule import Knob
 from core.program import LaunchLimits
 from core.search.space import env_from_task
 from core.tasks import load_task, load_task_from_source
@@ -77,6 +78,11 @@ CASES = {
     "linear_then_row_mean": _task("return self.fc(x).mean(dim=1)", "[torch.randn(12, 40)]",
                                   "self.fc = nn.Linear(40, 70)", "x"),
     "mm_larger_tiles": _task("return x @ y", "[torch.randn(130, 72), torch.randn(72, 140)]"),
+    # fp16/bf16 with dims that are multiples of 8: MMA=1 stages 16-byte chunks (along k for A and a
+    # transposed B, along the rows for a transposed A and a plain B); K and M have tails.
+    "mm_fp16_chunks": _task("return x @ y", "[torch.randn(50, 72).half(), torch.randn(72, 40).half()]"),
+    "bmm_bf16_transposed_chunks": _task("return torch.bmm(x.transpose(1, 2), y.transpose(1, 2)) + 1.0",
+                                        "[torch.randn(2, 40, 24).bfloat16(), torch.randn(2, 32, 40).bfloat16()]"),
     # Convolutions, lowered as implicit products by the same kernel (the conv family).
     "conv2d_stride_pad_relu": _task("return torch.relu(self.c(x))", "[torch.randn(2, 3, 9, 10)]",
                                     "self.c = nn.Conv2d(3, 8, 3, stride=2, padding=1)", "x"),
@@ -173,6 +179,21 @@ def test_schedule_space_limits_threads_shared_memory_and_waste():
                                                                 "PREFETCH": 0})
 
 
+def test_tensor_cores_are_a_knob_of_half_products_only():
+    half = Product(1, 4096, 4096, 4096, False, False, "bfloat16")
+    spec = schedule_spec(half)
+    assert spec.default() == {"BM": 128, "BN": 128, "BK": 32, "TM": 4, "TN": 4, "PREFETCH": 0, "MMA": 1}
+    assert threads(spec.default()) == 256 and smem_bytes(half, spec.default()) == 256 * 40 * 2
+    assert "16 at a time" in spec.why_illegal({**spec.default(), "BK": 8})
+    assert "does not divide" in spec.why_illegal({**spec.default(), "BN": 16, "TN": 4})
+    assert "accumulators" in spec.why_illegal({**spec.default(), "TM": 8, "TN": 4})
+    for s in spec.enumerate():
+        assert 32 <= threads(s) <= 1024 and smem_bytes(half, s) <= 48 * 1024
+    assert "MMA" not in schedule_spec(Product(1, 4096, 4096, 4096, False, False, "float32")).default()
+    # A short K still takes the tensor cores: the k steps past K multiply zeros.
+    assert schedule_spec(Product(1, 512, 512, 3, False, False, "float16")).default()["MMA"] == 1
+
+
 def test_a_default_that_fills_the_gpu_is_preferred():
     spec = schedule_spec(Product(1, 1024, 1024, 512, False, False, "float16"))
     s = spec.default()
@@ -228,6 +249,29 @@ def test_prefetching_schedules_match_the_model_under_cpu_emulation(monkeypatch):
     with tempfile.TemporaryDirectory() as tmp:
         outcomes = run_fuzz(cases, 4, Path(tmp))
     assert not [o for o in outcomes if o.failures or o.skipped], report(outcomes)[:20000]
+
+
+MMA_CASES = ["linear_fp16_residual", "linear_bf16_sigmoid_scale", "mm_fp16_chunks", "bmm_bf16_transposed_chunks",
+             "conv2d_fp16_then_maxpool"]
+
+
+@pytest.mark.skipif(GXX is None, reason="no host C++ compiler")
+def test_tensor_core_schedules_match_the_model_under_cpu_emulation(monkeypatch):
+    """MMA=1 in every schedule drawn (the default and random ones, PREFETCH either way) for the fp16 /
+    bf16 cases, mma.sync emulated lane by lane with the PTX fragment layout (WARP_MMA)."""
+    def tensor_cores_only(product):
+        spec = schedule_spec(product)
+        spec.knobs = [Knob("MMA", (1,), k.doc) if k.name == "MMA" else k for k in spec.knobs]
+        return spec
+
+    monkeypatch.setattr(lower_matmul, "schedule_spec", tensor_cores_only)
+    for name in MMA_CASES:
+        assert [v for k, v in _generated(name).spec.default().items() if k.endswith("MMA")] == [1], name
+    cases = [FuzzCase(name, "matmul", CASES[name]) for name in MMA_CASES]
+    with tempfile.TemporaryDirectory() as tmp:
+        outcomes = run_fuzz(cases, 5, Path(tmp))
+    assert not [o for o in outcomes if o.failures or o.skipped], report(outcomes)[:20000]
+    assert all(o.runs >= 2 for o in outcomes), [(o.case.name, o.runs) for o in outcomes]
 
 
 def test_exported_product_and_convolution_programs_compile_with_nvcc(nvcc_setup, tmp_path):

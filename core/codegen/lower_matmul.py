@@ -13,7 +13,7 @@ the epilogue, as eager stores it. A is stored [batch, M, K] ([batch, K, M] when 
 [batch, K, N] ([batch, N, K] when trans_b), contiguous; an operand without the batch dim (or with a
 batch of 1) is one matrix for every batch (`torch.matmul` of a batch with one matrix).
 
-Kernel (SIMT, no tensor cores): a block computes a BM x BN tile of C; it walks K in slices of BK,
+Kernel (SIMT, MMA=0): a block computes a BM x BN tile of C; it walks K in slices of BK,
 staging the slice of A and of B in shared memory (as the compute type, loaded coalesced along
 each operand's contiguous dim, zero outside the matrices), and each of its (BM/TM) x (BN/TN)
 threads accumulates TM x TN products in registers. A thread's rows are ty, ty + BM/TM, ... and its
@@ -26,6 +26,13 @@ stores neighbouring outputs. Knobs:
             before it multiplies the current one and stores it after (the loads' latency hides
             behind the arithmetic; one barrier per step). 0 (the default, until a GPU says
             otherwise): load, barrier, multiply, barrier.
+  MMA       (fp16/bf16 products only) 1: tensor cores. Each warp computes a (16*TM) x (8*TN) tile of
+            C with PTX mma.sync m16n8k16 (fp32 accumulation, as cuBLAS; no instruction of lower
+            precision). Slices are staged as stored elements, k fastest, rows padded by 8 elements
+            (a warp's fragment reads hit 32 distinct banks), in 16-byte chunks where the operand's
+            contiguous dim is a multiple of 8 and the pointers are 16-byte aligned. BK >= 16.
+fp32 products have no MMA knob: the tensor cores' fp32 input is TF32, which the task's precision
+rules out (DESIGN section 4).
 """
 from __future__ import annotations
 
@@ -66,6 +73,13 @@ SMS = 132                          # H200
 # keep a small product busy.
 DEFAULT_PREFERENCE = ((128, 128, 8, 8, 8), (128, 64, 8, 8, 4), (64, 64, 16, 4, 4), (64, 32, 16, 4, 2),
                       (32, 32, 16, 2, 2), (32, 16, 16, 2, 1), (16, 16, 16, 1, 1), (16, 16, 8, 1, 1))
+# The same for MMA=1, where TM x TN are a warp's m16 x n8 fragments (a 64 x 32 warp tile first).
+MMA_PREFERENCE = ((128, 128, 32, 4, 4), (128, 64, 32, 4, 2), (64, 64, 32, 2, 2), (64, 32, 32, 2, 2),
+                  (32, 32, 32, 1, 2), (32, 16, 16, 1, 1), (16, 16, 16, 1, 1))
+MMA_DTYPES = ("float16", "bfloat16")
+MMA_PAD = 8                        # elements padding each staged row (MMA=1)
+BLOCK_SIMT = "(BM // TM) * (BN // TN)"
+BLOCK_MMA = f"32 * (BM // (16 * TM)) * (BN // (8 * TN)) if MMA else {BLOCK_SIMT}"
 
 
 @dataclass(frozen=True)
@@ -244,13 +258,36 @@ def _check_broadcast(graph: Graph, g: GraphInput, shape: tuple[int, ...], n: Nod
 # ---- schedule -------------------------------------------------------------------------------------
 
 def threads(s: Mapping[str, int]) -> int:
+    if s.get("MMA"):
+        return 32 * (s["BM"] // (16 * s["TM"])) * (s["BN"] // (8 * s["TN"]))
     return (s["BM"] // s["TM"]) * (s["BN"] // s["TN"])
 
 
 def smem_bytes(p: Product, s: Mapping[str, int]) -> int:
-    """The staged slices of A and B, each row padded by one word (see the kernel)."""
+    """The staged slices of A and B, rows padded (see the kernel): SIMT stages the compute type, MMA the
+    stored 16-bit elements."""
+    if s.get("MMA"):
+        return (1 + s.get("PREFETCH", 0)) * (s["BM"] + s["BN"]) * (s["BK"] + MMA_PAD) * ITEMSIZE[p.dtype]
     return (1 + s.get("PREFETCH", 0)) * s["BK"] * (s["BM"] + 1 + s["BN"] + 1) * \
         ITEMSIZE["float64" if p.dtype == "float64" else "float32"]
+
+
+def chunk_lengths(p: Product) -> tuple[int, int]:
+    """Elements per staged chunk of A and of B under MMA=1: 8 (one 16-byte load) where the operand's
+    contiguous dim is a multiple of 8, else 1; a convolution's A is gathered element by element."""
+    va = 1 if p.conv is not None or (p.m if p.trans_a else p.k) % 8 else 8
+    vb = 1 if (p.k if p.trans_b else p.n) % 8 else 8
+    return va, vb
+
+
+def prefetch_registers(p: Product, s: Mapping[str, int]) -> int:
+    """32-bit registers a thread holds the next slice in (PREFETCH=1)."""
+    n = threads(s)
+    if s.get("MMA"):
+        va, vb = chunk_lengths(p)
+        return math.ceil(s["BM"] * s["BK"] / va / n) * max(1, va // 2) + \
+            math.ceil(s["BN"] * s["BK"] / vb / n) * max(1, vb // 2)
+    return math.ceil(s["BM"] * s["BK"] / n) + math.ceil(s["BK"] * s["BN"] / n)
 
 
 def blocks(p: Product, s: Mapping[str, int]) -> int:
@@ -266,28 +303,38 @@ def schedule_spec(p: Product) -> ScheduleSpec:
         Knob("BM", TILE_VALUES, "rows of the product per block tile"),
         Knob("BN", TILE_VALUES, "columns of the product per block tile"),
         Knob("BK", BK_VALUES, "the K slice staged in shared memory per step"),
-        Knob("TM", THREAD_TILE_VALUES, "rows per thread (registers)"),
-        Knob("TN", THREAD_TILE_VALUES, "columns per thread (registers)"),
+        Knob("TM", THREAD_TILE_VALUES, "rows per thread (registers); MMA=1: m16 fragments per warp"),
+        Knob("TN", THREAD_TILE_VALUES, "columns per thread (registers); MMA=1: n8 fragments per warp"),
         Knob("PREFETCH", (0, 1), "1: two shared buffers, the next K slice loaded into registers while this "
                                  "one is multiplied"),
     ]
+    if p.dtype in MMA_DTYPES:
+        knobs.append(Knob("MMA", (0, 1), "1: tensor cores (mma.sync m16n8k16, fp32 accumulation)"))
 
     def prefetch(s: Mapping[str, int]) -> str | None:
-        if s["PREFETCH"] and s["BM"] // s["TM"] * (s["BN"] // s["TN"]) <= MAX_THREADS:
-            each = math.ceil(s["BM"] * s["BK"] / threads(s)) + math.ceil(s["BK"] * s["BN"] / threads(s))
+        if s["PREFETCH"] and MIN_THREADS <= threads(s) <= MAX_THREADS:
+            each = prefetch_registers(p, s)
             if each > MAX_PREFETCH:
-                return f"PREFETCH=1 holds {each} elements of the next slice per thread (at most {MAX_PREFETCH})"
+                return f"PREFETCH=1 holds the next slice in {each} registers per thread (at most {MAX_PREFETCH})"
         return None
 
     def shape(s: Mapping[str, int]) -> str | None:
-        if s["TM"] > s["BM"] or s["TN"] > s["BN"]:
-            return f"a {s['TM']}x{s['TN']} thread tile does not fit a {s['BM']}x{s['BN']} block tile"
+        if s.get("MMA"):
+            if s["BM"] % (16 * s["TM"]) or s["BN"] % (8 * s["TN"]):
+                return f"a warp's {16 * s['TM']}x{8 * s['TN']} tile (MMA) does not divide a {s['BM']}x{s['BN']} block tile"
+            if s["BK"] % 16:
+                return f"BK={s['BK']}: MMA steps through K 16 at a time"
+            accumulators = 4 * s["TM"] * s["TN"]
+        else:
+            if s["TM"] > s["BM"] or s["TN"] > s["BN"]:
+                return f"a {s['TM']}x{s['TN']} thread tile does not fit a {s['BM']}x{s['BN']} block tile"
+            accumulators = s["TM"] * s["TN"]
         n = threads(s)
         if not MIN_THREADS <= n <= MAX_THREADS:
-            return f"a {s['BM']}x{s['BN']} tile of {s['TM']}x{s['TN']} per thread needs {n} threads " \
-                   f"({MIN_THREADS}-{MAX_THREADS})"
-        if s["TM"] * s["TN"] > MAX_ACCUMULATORS:
-            return f"{s['TM'] * s['TN']} accumulators per thread (at most {MAX_ACCUMULATORS})"
+            return f"a {s['BM']}x{s['BN']} tile of {s['TM']}x{s['TN']} per {'warp' if s.get('MMA') else 'thread'} " \
+                   f"needs {n} threads ({MIN_THREADS}-{MAX_THREADS})"
+        if accumulators > MAX_ACCUMULATORS:
+            return f"{accumulators} accumulators per thread (at most {MAX_ACCUMULATORS})"
         return None
 
     def shared(s: Mapping[str, int]) -> str | None:
@@ -300,7 +347,7 @@ def schedule_spec(p: Product) -> ScheduleSpec:
         # A tile past twice the matrix (16 at least) computes mostly padding.
         if s["BM"] > max(16, _pow2_at_least(p.m)) or s["BN"] > max(16, _pow2_at_least(p.n)):
             return f"a {s['BM']}x{s['BN']} tile is larger than the {p.m}x{p.n} product needs"
-        if s["BK"] > max(8, _pow2_at_least(p.k)):
+        if s["BK"] > max(16 if s.get("MMA") else 8, _pow2_at_least(p.k)):
             return f"BK={s['BK']} is longer than K={p.k} needs"
         return None
 
@@ -310,12 +357,16 @@ def schedule_spec(p: Product) -> ScheduleSpec:
         return None
 
     spec = ScheduleSpec(knobs, [shape, shared, waste, grid, prefetch])
-    legal = [{**dict(zip(("BM", "BN", "BK", "TM", "TN"), c)), "PREFETCH": 0} for c in DEFAULT_PREFERENCE]
-    legal = [s for s in legal if spec.legal(s)]
+    names = ("BM", "BN", "BK", "TM", "TN")
+    preferred = [{**dict(zip(names, c)), "PREFETCH": 0, "MMA": 0} for c in DEFAULT_PREFERENCE]
+    if p.dtype in MMA_DTYPES:
+        preferred = [{**dict(zip(names, c)), "PREFETCH": 0, "MMA": 1} for c in MMA_PREFERENCE] + preferred
+    legal = [{k.name: c[k.name] for k in knobs} for c in preferred]
+    legal = [c for c in legal if spec.legal(c)]
     if not legal:
         raise CodegenError(f"the matmul family has no legal default schedule for {p}")
-    busy = [s for s in legal if blocks(p, s) >= SMS]
-    chosen = busy[0] if busy else max(legal, key=lambda s: blocks(p, s))
+    busy = [c for c in legal if blocks(p, c) >= SMS]
+    chosen = busy[0] if busy else max(legal, key=lambda c: blocks(p, c))
     first = {k.name: k.values[0] for k in knobs}
     spec.defaults = {k: v for k, v in chosen.items() if v != first[k]}
     return spec
@@ -354,7 +405,8 @@ def lower_matmul(graph: Graph, kernel: str) -> Lowering:
         "buffers": [{"name": o, "shape": [int(d) for d in values[o].shape], "dtype": values[o].dtype}
                     for o in graph.outputs],
         "launches": [{"kernel": kernel, "grid": ["cdiv(%d, BN)" % p.n, "cdiv(%d, BM)" % p.m, str(p.batch)],
-                      "block": ["(BM // TM) * (BN // TN)"], "shared_bytes": 0, "args": args}],
+                      "block": [BLOCK_MMA if p.dtype in MMA_DTYPES else BLOCK_SIMT], "shared_bytes": 0,
+                      "args": args}],
         "outputs": list(graph.outputs),
     }
     shape = f"{p.batch} x " if p.batch > 1 else ""
@@ -383,7 +435,14 @@ def _emit(graph: Graph, g: _Group, kernel: str, extra_c: list[str], out_c: list[
     out_params = "".join(f", {STORAGE_CTYPE[values[o].dtype]}* __restrict__ {c}" for o, c in zip(graph.outputs, out_c))
     call_args = "".join(f", {c}" for c in extra_c + out_c)
     epilogue = _emit_epilogue(graph, g, extra_c, out_c, values)
-    load = lambda raw: load_expr(p.dtype, raw)
+    simt = _emit_simt_body(p, call_args)
+    mma = p.dtype in MMA_DTYPES
+    if mma:
+        threads_c = "#if MMA\n" + _emit_mma_helpers(p) + "#else\n" + SIMT_THREADS + "#endif"
+        body = f"#if MMA\n{_emit_mma_body(call_args)}#else\n{simt}#endif\n"
+        bounds = "MMA ? 32 * (BM / (16 * TM)) * (BN / (8 * TN)) : (BM / TM) * (BN / TN)"
+    else:
+        threads_c, body, bounds = SIMT_THREADS, simt, "(BM / TM) * (BN / TN)"
     return f"""
 namespace {ns} {{
 typedef {in_t} in_t;      // a stored operand element
@@ -391,16 +450,45 @@ typedef {acc_t} acc_t;        // accumulation type
 constexpr bool TRANS_A = {flag(p.trans_a)};      // A stored [K, M] (else [M, K])
 constexpr bool TRANS_B = {flag(p.trans_b)};      // B stored [N, K] (else [K, N])
 constexpr bool A_BATCHED = {flag(p.a_batched)}, B_BATCHED = {flag(p.b_batched)};   // else one matrix for all
-constexpr int TX = BN / TN, TY = BM / TM, THREADS = TX * TY;
 {_conv_constants(p)}
 
+// Where A[batch][gm][gk] of a convolution lies in its input: the element under tap gk of output
+// position gm (im2col, never stored), or -1 in the padding.
+CA_HD long long conv_a_index(long long batch, int gm, int gk) {{
+    const int img = gm / OUT_POS, pos = gm % OUT_POS;
+    const int od = pos / (OH * OW), oh = pos / OW % OH, ow = pos % OW;
+    const int c = gk / TAPS, tap = gk % TAPS;
+    const int id = od * SD - PD + tap / (KH * KW) * DD;
+    const int ih = oh * SH - PH + tap / KW % KH * DH;
+    const int iw = ow * SW - PW + tap % KW * DW;
+    if (id < 0 || id >= ID || ih < 0 || ih >= IH || iw < 0 || iw >= IW) return -1;
+    return (((long long)img * CIN + batch * CIN_G + c) * ID + id) * (IH * IW) + (long long)ih * IW + iw;
+}}
+
+// The flat output index of C[batch][gm][gn]: a convolution's output is [images, channels,
+// positions]; a product's [batch, M, N].
+CA_HD long long out_index(long long batch, int gm, int gn, int M, int N) {{
+    return CONV ? ((long long)(gm / OUT_POS) * COUT + batch * N + gn) * OUT_POS + gm % OUT_POS
+                : (batch * M + gm) * (long long)N + gn;
+}}
+
+{threads_c}
 {epilogue}
 }}  // namespace {ns}
 
-extern "C" __global__ void __launch_bounds__((BM / TM) * (BN / TN))
+extern "C" __global__ void __launch_bounds__({bounds})
 {kernel}(const {ns}::in_t* __restrict__ A, const {ns}::in_t* __restrict__ B{extra_params}{out_params}, int M, int N, int K) {{
     using namespace {ns};
-    // Rows padded by one word: the transposed stores of a slice hit distinct banks. PREFETCH: two
+{body}}}
+"""
+
+
+SIMT_THREADS = "constexpr int TX = BN / TN, TY = BM / TM, THREADS = TX * TY;\n"
+
+
+def _emit_simt_body(p: Product, call_args: str) -> str:
+    load = lambda raw: load_expr(p.dtype, raw)
+    return f"""    // Rows padded by one word: the transposed stores of a slice hit distinct banks. PREFETCH: two
     // buffers, the next slice loaded into registers while this one is multiplied (one barrier a step).
     __shared__ acc_t As[1 + PREFETCH][BK][BM + 1];
     __shared__ acc_t Bs[1 + PREFETCH][BK][BN + 1];
@@ -417,15 +505,8 @@ extern "C" __global__ void __launch_bounds__((BM / TM) * (BN / TN))
         acc_t v = (acc_t)0;
         if (gm < M && gk < K) {{
             if (CONV) {{
-                // The input element under tap gk of output position gm (im2col, never stored).
-                const int img = gm / OUT_POS, pos = gm % OUT_POS;
-                const int od = pos / (OH * OW), oh = pos / OW % OH, ow = pos % OW;
-                const int c = gk / TAPS, tap = gk % TAPS;
-                const int id = od * SD - PD + tap / (KH * KW) * DD;
-                const int ih = oh * SH - PH + tap / KW % KH * DH;
-                const int iw = ow * SW - PW + tap % KW * DW;
-                if (id >= 0 && id < ID && ih >= 0 && ih < IH && iw >= 0 && iw < IW)
-                    v = {load("A[(((long long)img * CIN + batch * CIN_G + c) * ID + id) * (IH * IW) + (long long)ih * IW + iw]")};
+                const long long at = conv_a_index(batch, gm, gk);
+                if (at >= 0) v = {load("A[at]")};
             }} else {{
                 v = {load("(TRANS_A ? a[(long long)gk * M + gm] : a[(long long)gm * K + gk])")};
             }}
@@ -503,15 +584,193 @@ extern "C" __global__ void __launch_bounds__((BM / TM) * (BN / TN))
         #pragma unroll
         for (int j = 0; j < TN; ++j) {{
             const int gn = n0 + tx + j * TX;
-            if (gm < M && gn < N) {{
-                // A convolution's output is [images, channels, positions]; a product's [batch, M, N].
-                const long long e = CONV ? ((long long)(gm / OUT_POS) * COUT + batch * N + gn) * OUT_POS + gm % OUT_POS
-                                         : (batch * M + gm) * (long long)N + gn;
-                epilogue(acc[i][j], e{call_args});
+            if (gm < M && gn < N) epilogue(acc[i][j], out_index(batch, gm, gn, M, N){call_args});
+        }}
+    }}
+"""
+
+
+def _emit_mma_helpers(p: Product) -> str:
+    """MMA=1's constants, its staging of one operand's slice, and the mma.sync wrapper."""
+    va, vb = chunk_lengths(p)
+    kind = "bf16" if p.dtype == "bfloat16" else "f16"
+    return f"""constexpr int WARPS_M = BM / (16 * TM), WARPS_N = BN / (8 * TN), THREADS = 32 * WARPS_M * WARPS_N;
+constexpr int SK = BK + {MMA_PAD};            // a staged row: BK elements and padding
+constexpr int VA = {va}, VB = {vb};            // elements per staged chunk of A, of B
+constexpr bool BF16 = {"true" if kind == "bf16" else "false"};
+
+// One operand's R x BK slice at rows r0.., k0.. of a matrix stored [rows, K] (KC: k contiguous) or
+// [K, rows], in chunks of V elements along the contiguous dim (V = 8: one 16-byte load where `vec`),
+// zero outside the matrix; GATHER: a convolution's A, element by element (conv_a_index). A thread
+// fetches chunks tid, tid + THREADS, ... into registers, then puts them in the shared tile S[R][SK]
+// (k fastest).
+template <int R, bool KC, int V, bool GATHER> struct Slice {{
+    static constexpr int CHUNKS = R * BK / V, EACH = (CHUNKS + THREADS - 1) / THREADS;
+    vec_t<in_t, V> r[EACH];
+    // KC: V consecutive k of one row, a row's chunks side by side (coalesced along k). Else V
+    // consecutive rows of one k, k fastest across threads (conflict-free transposing stores).
+    CA_HD static void where(int c, int& row, int& k) {{
+        if (KC) {{ row = c / (BK / V); k = c % (BK / V) * V; }}
+        else {{ k = c % BK; row = c / BK * V; }}
+    }}
+    CA_HD void fetch(const in_t* __restrict__ x, long long batch, int rows, int K, int r0, int k0, int tid, bool vec) {{
+        #pragma unroll
+        for (int e = 0; e < EACH; ++e) {{
+            const int c = tid + e * THREADS;
+            int row, k;
+            where(c, row, k);
+            const int gr = r0 + row, gk = k0 + k;
+            const long long at = KC ? (long long)gr * K + gk : (long long)gk * rows + gr;
+            if (V > 1 && vec && c < CHUNKS && gr < rows && gk < K) {{
+                r[e] = *reinterpret_cast<const vec_t<in_t, V>*>(x + at);    // the contiguous dim % 8 == 0
+            }} else {{
+                #pragma unroll
+                for (int j = 0; j < V; ++j) {{
+                    in_t v = (in_t)0;
+                    if (c < CHUNKS && (KC ? gr < rows && gk + j < K : gr + j < rows && gk < K)) {{
+                        if (GATHER) {{
+                            const long long src = conv_a_index(batch, gr, gk);
+                            if (src >= 0) v = x[src];
+                        }} else {{
+                            v = x[at + j];
+                        }}
+                    }}
+                    r[e].v[j] = v;
+                }}
             }}
         }}
     }}
+    CA_HD void put(in_t (*S)[SK], int tid) const {{
+        #pragma unroll
+        for (int e = 0; e < EACH; ++e) {{
+            const int c = tid + e * THREADS;
+            if (c >= CHUNKS) break;
+            int row, k;
+            where(c, row, k);
+            if (KC) {{
+                *reinterpret_cast<vec_t<in_t, V>*>(&S[row][k]) = r[e];      // 16-byte aligned: SK % 8 == 0
+            }} else {{
+                #pragma unroll
+                for (int j = 0; j < V; ++j) S[row + j][k] = r[e].v[j];
+            }}
+        }}
+    }}
+}};
+
+// d += a * b for one m16n8k16 tile, fp32 accumulation; a lane's fragments are laid out as the
+// PTX ISA gives them for mma.m16n8k16 (groupID = lane / 4, threadID_in_group = lane % 4).
+CA_HD void mma_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32 {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, "
+        "{{%8, %9}}, {{%0, %1, %2, %3}};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#elif defined(__CUDA_ARCH__)
+#error "MMA=1 (mma.sync m16n8k16) needs sm_80 or newer"
+#elif defined(CA_WARP_MMA)
+    CA_WARP_MMA(d, a, b, BF16);     // the CPU tests' emulation of the warp-wide instruction
+#endif
 }}
+// ldmatrix.x4: lane l gives the address of row l % 8 of 8x8 matrix l / 8 (16 bytes, in shared memory)
+// and receives, for each matrix i, the pair of row l / 4 at columns 2 * (l % 4): one instruction
+// for an A fragment, or for two n8 B fragments.
+CA_HD void ldmatrix_x4(unsigned (&r)[4], const in_t* row) {{
+#if defined(__CUDA_ARCH__)
+    const unsigned at = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{%0, %1, %2, %3}}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at));
+#elif defined(CA_WARP_LDMATRIX)
+    CA_WARP_LDMATRIX(r, row);       // the CPU tests' emulation
+#endif
+}}
+"""
+
+
+def _emit_mma_body(call_args: str) -> str:
+    return f"""    // Tensor cores: warp (wm, wn) computes rows wm*16*TM.. and columns wn*8*TN.. of the block's tile.
+    alignas(16) __shared__ in_t As[1 + PREFETCH][BM][SK];
+    alignas(16) __shared__ in_t Bs[1 + PREFETCH][BN][SK];
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int wm = warp / WARPS_N, wn = warp % WARPS_N, g = lane / 4, t = lane % 4;
+    const long long batch = blockIdx.z;
+    const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+    const in_t* a = CONV ? A : A + (A_BATCHED ? batch * (long long)M * K : 0LL);
+    const in_t* b = B + (B_BATCHED ? batch * (long long)K * N : 0LL);
+    const bool vec_a = aligned_to<16>(a), vec_b = aligned_to<16>(b);     // else element by element
+    Slice<BM, !TRANS_A, VA, CONV> sa;
+    Slice<BN, TRANS_B, VB, false> sb;
+    auto fetch = [&](int k0) {{
+        sa.fetch(a, batch, M, K, m0, k0, tid, vec_a);
+        sb.fetch(b, batch, N, K, n0, k0, tid, vec_b);
+    }};
+    auto put = [&](int buf) {{
+        sa.put(As[buf], tid);
+        sb.put(Bs[buf], tid);
+    }};
+    float acc[TM][TN][4];
+    #pragma unroll
+    for (int i = 0; i < TM; ++i)
+        #pragma unroll
+        for (int j = 0; j < TN; ++j)
+            #pragma unroll
+            for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;
+    auto multiply = [&](int buf) {{
+        #pragma unroll
+        for (int kk = 0; kk < BK; kk += 16) {{
+            // A fragment i: matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15),
+            // (rows 8-15, k 8-15); lane l points at row l % 16, k (l / 16) * 8.
+            unsigned fa[TM][4], fb[(TN + 1) / 2 * 2][2];
+            #pragma unroll
+            for (int i = 0; i < TM; ++i)
+                ldmatrix_x4(fa[i], &As[buf][wm * 16 * TM + i * 16 + lane % 16][kk + lane / 16 * 8]);
+            // B fragments j and j + 1 (columns n, k fastest): matrices (n 0-7, k 0-7), (n 0-7, k 8-15),
+            // (n 8-15, k 0-7), (n 8-15, k 8-15); with TN = 1 the last two read fragment 0's rows again.
+            #pragma unroll
+            for (int j = 0; j < TN; j += 2) {{
+                const int mi = lane / 8, n = wn * 8 * TN + (j + (TN > 1 ? mi / 2 : 0)) * 8 + lane % 8;
+                unsigned r[4];
+                ldmatrix_x4(r, &Bs[buf][n][kk + mi % 2 * 8]);
+                fb[j][0] = r[0]; fb[j][1] = r[1]; fb[j + 1][0] = r[2]; fb[j + 1][1] = r[3];
+            }}
+            #pragma unroll
+            for (int i = 0; i < TM; ++i)
+                #pragma unroll
+                for (int j = 0; j < TN; ++j) mma_16816(acc[i][j], fa[i], fb[j]);
+        }}
+    }};
+    if (!PREFETCH) {{
+        for (int k0 = 0; k0 < K; k0 += BK) {{
+            fetch(k0);
+            put(0);
+            __syncthreads();
+            multiply(0);
+            __syncthreads();
+        }}
+    }} else {{
+        fetch(0);
+        put(0);
+        __syncthreads();
+        int cur = 0;
+        for (int k0 = 0; k0 < K; k0 += BK) {{
+            const bool more = k0 + BK < K;
+            if (more) fetch(k0 + BK);
+            multiply(cur);
+            if (more) put(cur ^ 1);           // the other buffer was last read before the previous barrier
+            __syncthreads();
+            cur ^= 1;
+        }}
+    }}
+    // Lane (g, t) holds C rows g and g + 8, columns 2t and 2t + 1 of each m16 x n8 fragment.
+    #pragma unroll
+    for (int i = 0; i < TM; ++i)
+        #pragma unroll
+        for (int j = 0; j < TN; ++j)
+            #pragma unroll
+            for (int q = 0; q < 4; ++q) {{
+                const int gm = m0 + wm * 16 * TM + i * 16 + g + (q >= 2 ? 8 : 0);
+                const int gn = n0 + wn * 8 * TN + j * 8 + 2 * t + (q & 1);
+                if (gm < M && gn < N) epilogue(acc[i][j][q], out_index(batch, gm, gn, M, N){call_args});
+            }}
 """
 
 

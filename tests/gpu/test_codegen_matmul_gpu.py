@@ -12,11 +12,12 @@ import pytest
 from core.codegen import generate
 from core.tasks import load_task, load_task_from_source
 from tests.gpu.codegen_check import failures_at
-from tests.test_codegen_matmul import CASES
+from tests.test_codegen_matmul import CASES, MMA_CASES
 
 pytestmark = pytest.mark.gpu
 
 SAMPLED = 3
+MMA_SAMPLED = 5
 TASKS = Path(__file__).resolve().parents[2] / "resources" / "tasks"
 
 
@@ -34,5 +35,27 @@ def test_matmul_case_is_correct_on_the_gpu(name):
 def test_example_product_is_correct_at_its_default_schedule(name):
     task = load_task(TASKS / f"{name}.py")
     gen = generate(task)
+    failures = failures_at(task, gen, [gen.spec.default()])
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("name", MMA_CASES)
+def test_tensor_core_schedules_are_correct_on_the_gpu(name):
+    """MMA=1 (mma.sync) at the default and sampled tensor-core schedules: the fragment layout the
+    CPU emulation assumes is the one the GPU has."""
+    task = load_task_from_source(CASES[name], name)
+    gen = generate(task)
+    mma = [s for s in gen.spec.sample(random.Random(name), 400) if any(v for k, v in s.items() if k.endswith("MMA"))]
+    schedules = [gen.spec.default()] + mma[:MMA_SAMPLED]
+    assert all(v for s in schedules for k, v in s.items() if k.endswith("MMA")), schedules
+    failures = failures_at(task, gen, schedules)
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("name", ["mm_fp16", "fused_swiglu_bf16"])
+def test_example_half_product_is_correct_with_tensor_cores(name):
+    task = load_task(TASKS / f"{name}.py")
+    gen = generate(task)
+    assert all(v for k, v in gen.spec.default().items() if k.endswith("MMA"))
     failures = failures_at(task, gen, [gen.spec.default()])
     assert not failures, "\n".join(failures)

@@ -1,0 +1,93 @@
+"""The matmul family's kernels against eager and torch.compile on a GPU: each task's default schedule,
+then fixed variants (tensor cores or not, PREFETCH, tiles), every one checked and timed by the
+evaluator (bench/sweep.py's sweep_task). Prints one row per schedule and writes OUT/mma_speed.json.
+
+    PYTHONPATH=. python3 bench/mma_speed.py --out DIR [--tasks NAME ...] [--deadline S]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.sweep import sweep_task  # noqa: E402
+from core.codegen import generate  # noqa: E402
+from core.evaluation import SupervisorSettings  # noqa: E402
+from core.tasks import load_task  # noqa: E402
+
+TASKS = ["mm_bf16_rect", "mm_fp16", "fused_swiglu_bf16", "mm_square", "fused_linear_gelu_scale", "conv_2d"]
+# Overrides of every product group's knobs (BM, BN, BK, TM, TN, PREFETCH[, MMA]).
+HALF_VARIANTS = [
+    {"PREFETCH": 1},
+    {"BK": 16},
+    {"BM": 128, "BN": 64, "TM": 4, "TN": 2},
+    {"BM": 64, "BN": 64, "TM": 2, "TN": 2},
+    {"BM": 128, "BN": 128, "TM": 2, "TN": 4},
+    {"MMA": 0, "BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "PREFETCH": 0},
+]
+FLOAT_VARIANTS = [
+    {"PREFETCH": 1},
+    {"BK": 16},
+    {"BM": 128, "BN": 64, "TM": 8, "TN": 4},
+    {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4},
+]
+
+
+def variants(default: dict, overrides: list[dict]) -> list[dict]:
+    """The default with each override applied to every group's knobs (G<i>_NAME or NAME)."""
+    out = []
+    for o in overrides:
+        s = dict(default)
+        for key in s:
+            name = key.split("_", 1)[1] if key.startswith("G") and "_" in key and key[1].isdigit() else key
+            if name in o:
+                s[key] = o[name]
+        if s != default and s not in out:
+            out.append(s)
+    return out
+
+
+def short(schedule: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in schedule.items() if not k.startswith("G1_"))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--tasks", nargs="*", default=TASKS)
+    ap.add_argument("--deadline", type=float, default=480.0)
+    args = ap.parse_args()
+    out = Path(args.out)
+    (out / "projects").mkdir(parents=True, exist_ok=True)
+    stop_at = time.monotonic() + args.deadline
+    rows = []
+    for name in args.tasks:
+        if time.monotonic() > stop_at:
+            print(f"{name}: not run (deadline)", flush=True)
+            continue
+        task = load_task(ROOT / "resources" / "tasks" / f"{name}.py")
+        gen = generate(task)
+        default = gen.program.schedule
+        half = any(k.endswith("MMA") for k in default)
+        known = variants(default, HALF_VARIANTS if half else FLOAT_VARIANTS)
+        row = sweep_task(task, gen, 1 + len(known), out / "projects", SupervisorSettings(), stop_at, known)
+        rows.append(row)
+        (out / "mma_speed.json").write_text(json.dumps(rows, indent=1, default=str))
+        eager, comp = row.get("eager_ms"), row.get("compile_ms")
+        print(f"\n{name}: eager {eager and eager * 1e3:.1f} us, compile {comp and comp * 1e3:.1f} us, "
+              f"floor {row.get('floor_ms') and row['floor_ms'] * 1e3:.1f} us", flush=True)
+        for m in row.get("measured", []):
+            vs = lambda base: f"{base / m['ms']:.2f}x" if base else "-"
+            print(f"  {m['ms'] * 1e3:10.1f} us  vs eager {vs(eager):>6}  vs compile {vs(comp):>6}  {short(m['schedule'])}",
+                  flush=True)
+        for f in row.get("failures", []):
+            print(f"  FAILED {f['status']}: {f['reason'][:300]}  {short(f['schedule'])}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
