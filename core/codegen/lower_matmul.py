@@ -597,7 +597,6 @@ def _emit_mma_helpers(p: Product) -> str:
     return f"""constexpr int WARPS_M = BM / (16 * TM), WARPS_N = BN / (8 * TN), THREADS = 32 * WARPS_M * WARPS_N;
 constexpr int SK = BK + {MMA_PAD};            // a staged row: BK elements and padding
 constexpr int VA = {va}, VB = {vb};            // elements per staged chunk of A, of B
-constexpr bool BF16 = {"true" if kind == "bf16" else "false"};
 
 // One operand's R x BK slice at rows r0.., k0.. of a matrix stored [rows, K] (KC: k contiguous) or
 // [K, rows], in chunks of V elements along the contiguous dim (V = 8: one 16-byte load where `vec`),
@@ -668,7 +667,7 @@ CA_HD void mma_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[
 #elif defined(__CUDA_ARCH__)
 #error "MMA=1 (mma.sync m16n8k16) needs sm_80 or newer"
 #elif defined(CA_WARP_MMA)
-    CA_WARP_MMA(d, a, b, BF16);     // the CPU tests' emulation of the warp-wide instruction
+    CA_WARP_MMA(d, a, b, {"true" if kind == "bf16" else "false"});     // the CPU tests' emulation (bf16?)
 #endif
 }}
 // ldmatrix.x4: lane l gives the address of row l % 8 of 8x8 matrix l / 8 (16 bytes, in shared memory)
