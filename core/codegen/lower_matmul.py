@@ -58,7 +58,7 @@ FLOATS = ("float32", "float16", "bfloat16", "float64")
 VIEW_OPS = {"unsqueeze.default", "squeeze.default", "squeeze.dim", "squeeze.dims", "view.default",
             "reshape.default", "_unsafe_view.default", "alias.default"}
 
-TILE_VALUES = (128, 64, 32, 16)
+TILE_VALUES = (128, 64, 32, 16, 8, 4, 2, 1)     # narrow tiles: skinny products, depthwise convolutions
 BK_VALUES = (8, 16, 32)
 THREAD_TILE_VALUES = (8, 4, 2, 1)
 MAX_THREADS = 1024
@@ -72,10 +72,14 @@ SMS = 132                          # H200
 # else the legal one with the most blocks: big tiles reuse each loaded element most, small ones
 # keep a small product busy.
 DEFAULT_PREFERENCE = ((128, 128, 8, 8, 8), (128, 64, 8, 8, 4), (64, 64, 16, 4, 4), (64, 32, 16, 4, 2),
-                      (32, 32, 16, 2, 2), (32, 16, 16, 2, 1), (16, 16, 16, 1, 1), (16, 16, 8, 1, 1))
+                      (32, 32, 16, 2, 2), (32, 16, 16, 2, 1), (16, 16, 16, 1, 1), (16, 16, 8, 1, 1),
+                      # few columns (a depthwise convolution has one per group) or few rows
+                      (128, 8, 8, 4, 1), (128, 4, 8, 4, 1), (128, 2, 8, 2, 1), (128, 1, 8, 1, 1),
+                      (8, 128, 8, 1, 4), (4, 128, 8, 1, 4), (2, 128, 8, 1, 2), (1, 128, 8, 1, 1), (8, 8, 8, 1, 1))
 # The same for MMA=1, where TM x TN are a warp's m16 x n8 fragments (a 64 x 32 warp tile first).
 MMA_PREFERENCE = ((128, 128, 32, 4, 4), (128, 64, 32, 4, 2), (64, 64, 32, 2, 2), (64, 32, 32, 2, 2),
-                  (32, 32, 32, 1, 2), (32, 16, 16, 1, 1), (16, 16, 16, 1, 1))
+                  (32, 32, 32, 1, 2), (32, 16, 16, 1, 1), (16, 16, 16, 1, 1),
+                  (128, 8, 32, 2, 1), (64, 8, 32, 1, 1), (16, 8, 16, 1, 1))       # 8 columns or fewer
 MMA_DTYPES = ("float16", "bfloat16")
 MMA_PAD = 8                        # elements padding each staged row (MMA=1)
 BLOCK_SIMT = "(BM // TM) * (BN // TN)"
@@ -344,8 +348,9 @@ def schedule_spec(p: Product) -> ScheduleSpec:
         return None
 
     def waste(s: Mapping[str, int]) -> str | None:
-        # A tile past twice the matrix (16 at least) computes mostly padding.
-        if s["BM"] > max(16, _pow2_at_least(p.m)) or s["BN"] > max(16, _pow2_at_least(p.n)):
+        # A tile past twice the matrix computes mostly padding (MMA's tiles are 16 x 8 at least).
+        least_m, least_n = (16, 8) if s.get("MMA") else (1, 1)
+        if s["BM"] > max(least_m, _pow2_at_least(p.m)) or s["BN"] > max(least_n, _pow2_at_least(p.n)):
             return f"a {s['BM']}x{s['BN']} tile is larger than the {p.m}x{p.n} product needs"
         if s["BK"] > max(16 if s.get("MMA") else 8, _pow2_at_least(p.k)):
             return f"BK={s['BK']} is longer than K={p.k} needs"
@@ -357,16 +362,24 @@ def schedule_spec(p: Product) -> ScheduleSpec:
         return None
 
     spec = ScheduleSpec(knobs, [shape, shared, waste, grid, prefetch])
+    # The default: tensor cores where they apply, then the SIMT kernel; within each, the first
+    # preferred tile that is legal and gives every SM a block, else the legal one with the most blocks.
     names = ("BM", "BN", "BK", "TM", "TN")
-    preferred = [{**dict(zip(names, c)), "PREFETCH": 0, "MMA": 0} for c in DEFAULT_PREFERENCE]
-    if p.dtype in MMA_DTYPES:
-        preferred = [{**dict(zip(names, c)), "PREFETCH": 0, "MMA": 1} for c in MMA_PREFERENCE] + preferred
-    legal = [{k.name: c[k.name] for k in knobs} for c in preferred]
-    legal = [c for c in legal if spec.legal(c)]
-    if not legal:
-        raise CodegenError(f"the matmul family has no legal default schedule for {p}")
-    busy = [c for c in legal if blocks(p, c) >= SMS]
-    chosen = busy[0] if busy else max(legal, key=lambda c: blocks(p, c))
+    kinds = [(MMA_PREFERENCE, 1)] if p.dtype in MMA_DTYPES else []
+    kinds.append((DEFAULT_PREFERENCE, 0))
+    chosen = None
+    for preference, mma in kinds:
+        legal = [{k.name: {**dict(zip(names, c)), "PREFETCH": 0, "MMA": mma}[k.name] for k in knobs} for c in preference]
+        legal = [c for c in legal if spec.legal(c)]
+        if legal:
+            busy = [c for c in legal if blocks(p, c) >= SMS]
+            chosen = busy[0] if busy else max(legal, key=lambda c: blocks(p, c))
+            break
+    if chosen is None:
+        legal = spec.enumerate()
+        if not legal:
+            raise CodegenError(f"the matmul family has no legal default schedule for {p}")
+        chosen = max(legal, key=lambda c: blocks(p, c))
     first = {k.name: k.values[0] for k in knobs}
     spec.defaults = {k: v for k, v in chosen.items() if v != first[k]}
     return spec
