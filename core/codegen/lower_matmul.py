@@ -72,10 +72,7 @@ SMS = 132                          # H200
 # else the legal one with the most blocks: big tiles reuse each loaded element most, small ones
 # keep a small product busy.
 DEFAULT_PREFERENCE = ((128, 128, 8, 8, 8), (128, 64, 8, 8, 4), (64, 64, 16, 4, 4), (64, 32, 16, 4, 2),
-                      (32, 32, 16, 2, 2), (32, 16, 16, 2, 1), (16, 16, 16, 1, 1), (16, 16, 8, 1, 1),
-                      # few columns (a depthwise convolution has one per group) or few rows
-                      (128, 8, 8, 4, 1), (128, 4, 8, 4, 1), (128, 2, 8, 2, 1), (128, 1, 8, 1, 1),
-                      (8, 128, 8, 1, 4), (4, 128, 8, 1, 4), (2, 128, 8, 1, 2), (1, 128, 8, 1, 1), (8, 8, 8, 1, 1))
+                      (32, 32, 16, 2, 2), (32, 16, 16, 2, 1), (16, 16, 16, 1, 1), (16, 16, 8, 1, 1))
 # The same for MMA=1, where TM x TN are a warp's m16 x n8 fragments (a 64 x 32 warp tile first).
 MMA_PREFERENCE = ((128, 128, 32, 4, 4), (128, 64, 32, 4, 2), (64, 64, 32, 2, 2), (64, 32, 32, 2, 2),
                   (32, 32, 32, 1, 2), (32, 16, 16, 1, 1), (16, 16, 16, 1, 1),
@@ -302,6 +299,19 @@ def _pow2_at_least(x: int) -> int:
     return 1 << max(0, (x - 1).bit_length())
 
 
+def _narrow_preference(p: Product) -> tuple[tuple[int, int, int, int, int], ...]:
+    """Under 16 columns (a depthwise convolution has one per group) or rows: a tile as narrow as the
+    product, 128 long, with up to 256 threads, before the square tiles that would idle most threads."""
+    out = []
+    if p.n < 16:
+        bn = _pow2_at_least(p.n)
+        out.append((128, bn, 8, max(1, 128 * bn // 256), 1))
+    if p.m < 16:
+        bm = _pow2_at_least(p.m)
+        out.append((bm, 128, 8, 1, max(1, 128 * bm // 256)))
+    return tuple(out)
+
+
 def schedule_spec(p: Product) -> ScheduleSpec:
     knobs = [
         Knob("BM", TILE_VALUES, "rows of the product per block tile"),
@@ -348,9 +358,8 @@ def schedule_spec(p: Product) -> ScheduleSpec:
         return None
 
     def waste(s: Mapping[str, int]) -> str | None:
-        # A tile past twice the matrix computes mostly padding (MMA's tiles are 16 x 8 at least).
-        least_m, least_n = (16, 8) if s.get("MMA") else (1, 1)
-        if s["BM"] > max(least_m, _pow2_at_least(p.m)) or s["BN"] > max(least_n, _pow2_at_least(p.n)):
+        # A tile past twice the matrix (16 at least) computes mostly padding.
+        if s["BM"] > max(16, _pow2_at_least(p.m)) or s["BN"] > max(16, _pow2_at_least(p.n)):
             return f"a {s['BM']}x{s['BN']} tile is larger than the {p.m}x{p.n} product needs"
         if s["BK"] > max(16 if s.get("MMA") else 8, _pow2_at_least(p.k)):
             return f"BK={s['BK']} is longer than K={p.k} needs"
@@ -366,7 +375,7 @@ def schedule_spec(p: Product) -> ScheduleSpec:
     # preferred tile that is legal and gives every SM a block, else the legal one with the most blocks.
     names = ("BM", "BN", "BK", "TM", "TN")
     kinds = [(MMA_PREFERENCE, 1)] if p.dtype in MMA_DTYPES else []
-    kinds.append((DEFAULT_PREFERENCE, 0))
+    kinds.append((_narrow_preference(p) + DEFAULT_PREFERENCE, 0))
     chosen = None
     for preference, mma in kinds:
         legal = [{k.name: {**dict(zip(names, c)), "PREFETCH": 0, "MMA": mma}[k.name] for k in knobs} for c in preference]
