@@ -661,8 +661,9 @@ def gen_matmul(rng: random.Random, name: str) -> FuzzCase:
 
 
 def gen_conv(rng: random.Random, name: str) -> FuzzCase:
-    """Convolutions (1-D to 3-D) with random channels, groups (depthwise included), kernels, strides,
-    padding and dilation, with or without a bias, and an elementwise op after them half the time."""
+    """Convolutions (1-D to 3-D, transposed ones too) with random channels, groups (depthwise included),
+    kernels, strides, padding and dilation, with or without a bias, and an elementwise op after them half
+    the time."""
     dtype = _dtype(rng)
     dims = rng.choice([1, 2, 2, 3])
     groups = rng.choice([1, 1, 2, 3])
@@ -680,6 +681,15 @@ def gen_conv(rng: random.Random, name: str) -> FuzzCase:
     bias = rng.random() < 0.6
     layer = (f"nn.Conv{dims}d({cin}, {cout}, {tuple(kernel)!r}, stride={tuple(stride)!r}, padding={tuple(padding)!r}, "
              f"dilation={tuple(dilation)!r}, groups={groups}, bias={bias})")
+    if rng.random() < 0.3:
+        # Transposed: output (i - 1) * s - 2 p + d (k - 1) + extra + 1 with extra < max(s, d); padding
+        # kept within what the output needs to stay at least one element.
+        extra = [rng.randrange(max(st, d)) for st, d in zip(stride, dilation)]
+        padding = [min(pd, ((sz - 1) * st + d * (k - 1) + e) // 2)
+                   for pd, sz, st, d, k, e in zip(padding, size, stride, dilation, kernel, extra)]
+        layer = (f"nn.ConvTranspose{dims}d({cin}, {cout}, {tuple(kernel)!r}, stride={tuple(stride)!r}, "
+                 f"padding={tuple(padding)!r}, output_padding={tuple(extra)!r}, groups={groups}, bias={bias}, "
+                 f"dilation={tuple(dilation)!r})")
     cast = "" if dtype == F32 else f".to({dtype})"
     body = ["z = self.conv(x)", f"return {_unary(rng, 'z')}" if rng.random() < 0.5 else "return z"]
     return FuzzCase(name, "conv", _source("x", body, [_randn([rng.choice([1, 2])] + [cin] + size, dtype)],

@@ -95,6 +95,14 @@ CASES = {
     "conv3d": _task("return self.c(x)", "[torch.randn(1, 2, 5, 6, 7)]", "self.c = nn.Conv3d(2, 4, 3, padding=1)", "x"),
     "conv2d_fp16_then_maxpool": _task("return F.max_pool2d(torch.relu(self.c(x)), 2)", "[torch.randn(2, 4, 12, 12).half()]",
                                       "self.c = nn.Conv2d(4, 5, 3, padding=1).half()", "x"),
+    # Transposed convolutions: output o takes input (o + padding - tap * dilation) / stride where it divides.
+    "conv_transpose2d_stride_groups": _task("return torch.tanh(self.c(x))", "[torch.randn(2, 8, 5, 4)]",
+                                            "self.c = nn.ConvTranspose2d(8, 6, (3, 2), stride=(2, 1), padding=(1, 0), "
+                                            "output_padding=(1, 0), groups=2, dilation=(1, 2))", "x"),
+    "conv_transpose1d_nobias": _task("return self.c(x)", "[torch.randn(2, 3, 7)]",
+                                     "self.c = nn.ConvTranspose1d(3, 4, 4, stride=3, padding=2, bias=False)", "x"),
+    "conv_transpose3d_fp16": _task("return torch.relu(self.c(x))", "[torch.randn(1, 4, 3, 4, 3).half()]",
+                                   "self.c = nn.ConvTranspose3d(4, 8, 3, stride=2, padding=1).half()", "x"),
     "conv2d_bn_eval": _task("return torch.relu(self.bn(self.c(x)))", "[torch.randn(2, 3, 8, 8)]",
                             "self.c = nn.Conv2d(3, 6, 3, bias=False)\n        self.bn = nn.BatchNorm2d(6).eval()", "x"),
 }
@@ -149,10 +157,14 @@ def test_a_convolution_is_a_product_of_its_input_and_weight_with_the_bias_after_
     assert "as 3 x [52 x 12] @ [12 x 3]" in _generated("conv2d_groups_rect_kernel").notes[0]
 
 
-def test_a_transposed_convolution_is_refused_with_the_op_named():
-    src = _task("return self.c(x)", "[torch.randn(1, 4, 5, 5)]", "self.c = nn.ConvTranspose2d(4, 2, 3)", "x")
-    with pytest.raises(CodegenError, match="convolution.default"):
-        generate(load_task_from_source(src, "deconv"))
+def test_a_transposed_convolution_is_a_product_of_its_input_and_weight_too():
+    canon = _canonical("conv_transpose2d_stride_groups")
+    (conv,) = [n for n in canon.nodes if n.op == CONV]
+    assert conv.attrs["transposed"] is True and conv.attrs["output_padding"] == [1, 0]
+    gen = _generated("conv_transpose2d_stride_groups")
+    # 2 groups of 4 -> 3 channels over 3x2 taps; output (5-1)*2 - 2 + 2 + 1 + 1 = 10 by (4-1) + 2 + 1 = 6.
+    assert gen.family == "conv" and "transposed conv" in gen.notes[0] and "as 2 x [120 x 24] @ [24 x 3]" in gen.notes[0], \
+        gen.notes
 
 
 def test_addmm_scales_become_elementwise_ops_after_the_product():
@@ -252,7 +264,7 @@ def test_prefetching_schedules_match_the_model_under_cpu_emulation(monkeypatch):
 
 
 MMA_CASES = ["linear_fp16_residual", "linear_bf16_sigmoid_scale", "mm_fp16_chunks", "bmm_bf16_transposed_chunks",
-             "conv2d_fp16_then_maxpool"]
+             "conv2d_fp16_then_maxpool", "conv_transpose3d_fp16"]
 
 
 @pytest.mark.skipif(GXX is None, reason="no host C++ compiler")

@@ -51,7 +51,8 @@ def interpret(graph: Graph, inputs: dict[str, torch.Tensor]) -> list[torch.Tenso
             x, w = (env[o.name] for o in node.operands)
             dims = x.dim() - 2
             env[node.name] = torch.ops.aten.convolution(x, w, None, node.attrs["stride"], node.attrs["padding"],
-                                                        node.attrs["dilation"], False, [0] * dims,
+                                                        node.attrs["dilation"], bool(node.attrs.get("transposed")),
+                                                        node.attrs.get("output_padding") or [0] * dims,
                                                         node.attrs["groups"])
             continue
         base, _, overload = node.op.partition(".")

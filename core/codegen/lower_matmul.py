@@ -117,6 +117,8 @@ class ConvGeometry:
     stride: tuple[int, int, int]
     padding: tuple[int, int, int]
     dilation: tuple[int, int, int]
+    transposed: bool = False       # a transposed convolution: output position o takes input i where
+    #                                o = i * stride - padding + tap * dilation; the weight is [Cin, Cout/groups, taps]
 
 
 def is_matmul(node: Node, graph: Graph) -> bool:
@@ -166,12 +168,22 @@ def conv_product(node: Node, graph: Graph) -> Product:
     out = tuple(node.shape)
     dims = len(x) - 2
     groups = int(node.attrs.get("groups", 1))
-    geo = ConvGeometry(x[0], x[1], w[0], groups, _spatial3(x[2:], dims, 1), _spatial3(out[2:], dims, 1),
+    transposed = bool(node.attrs.get("transposed"))
+    cout = w[1] * groups if transposed else w[0]
+    geo = ConvGeometry(x[0], x[1], cout, groups, _spatial3(x[2:], dims, 1), _spatial3(out[2:], dims, 1),
                        _spatial3(w[2:], dims, 1), _spatial3(node.attrs.get("stride", 1), dims, 1),
-                       _spatial3(node.attrs.get("padding", 0), dims, 0), _spatial3(node.attrs.get("dilation", 1), dims, 1))
-    expected = tuple((i + 2 * p - d * (k - 1) - 1) // s + 1
-                     for i, p, d, k, s in zip(geo.in_size, geo.padding, geo.dilation, geo.kernel, geo.stride))
-    if geo.cin % groups or geo.cout % groups or w[1] != geo.cin // groups or expected != geo.out_size or \
+                       _spatial3(node.attrs.get("padding", 0), dims, 0), _spatial3(node.attrs.get("dilation", 1), dims, 1),
+                       transposed)
+    if transposed:
+        extra = _spatial3(node.attrs.get("output_padding") or 0, dims, 0)
+        expected = tuple((i - 1) * s - 2 * p + d * (k - 1) + e + 1 for i, p, d, k, s, e in
+                         zip(geo.in_size, geo.padding, geo.dilation, geo.kernel, geo.stride, extra))
+        weight_ok = w[0] == geo.cin
+    else:
+        expected = tuple((i + 2 * p - d * (k - 1) - 1) // s + 1
+                         for i, p, d, k, s in zip(geo.in_size, geo.padding, geo.dilation, geo.kernel, geo.stride))
+        weight_ok = w[1] == geo.cin // groups
+    if geo.cin % groups or geo.cout % groups or not weight_ok or expected != geo.out_size or \
             out[:2] != (geo.images, geo.cout):
         raise CodegenError(f"Task '{graph.task}': a convolution of {list(x)} by {list(w)} (groups {groups}) -> "
                            f"{list(out)} that the conv family does not understand.", task=graph.task, ops=[node.op])
@@ -277,7 +289,7 @@ def chunk_lengths(p: Product) -> tuple[int, int]:
     """Elements per staged chunk of A and of B under MMA=1: 8 (one 16-byte load) where the operand's
     contiguous dim is a multiple of 8, else 1; a convolution's A is gathered element by element."""
     va = 1 if p.conv is not None or (p.m if p.trans_a else p.k) % 8 else 8
-    vb = 1 if (p.k if p.trans_b else p.n) % 8 else 8
+    vb = 1 if (p.conv is not None and p.conv.transposed) or (p.k if p.trans_b else p.n) % 8 else 8
     return va, vb
 
 
@@ -435,7 +447,7 @@ def lower_matmul(graph: Graph, kernel: str) -> Lowering:
     acc = f"accumulated in {'fp64' if p.dtype == 'float64' else 'fp32'}"
     if p.conv is not None:
         c = p.conv
-        notes = [f"conv: {c.images} images, {c.cin} -> {c.cout} channels (groups {c.groups}), "
+        notes = [f"{'transposed ' if c.transposed else ''}conv: {c.images} images, {c.cin} -> {c.cout} channels (groups {c.groups}), "
                  f"{'x'.join(map(str, c.in_size))} -> {'x'.join(map(str, c.out_size))}, kernel "
                  f"{'x'.join(map(str, c.kernel))}, stride {list(c.stride)}, padding {list(c.padding)}, dilation "
                  f"{list(c.dilation)} {p.dtype}, as {shape}[{p.m} x {p.k}] @ [{p.k} x {p.n}], {acc}"]
@@ -475,16 +487,28 @@ constexpr bool A_BATCHED = {flag(p.a_batched)}, B_BATCHED = {flag(p.b_batched)};
 {_conv_constants(p)}
 
 // Where A[batch][gm][gk] of a convolution lies in its input: the element under tap gk of output
-// position gm (im2col, never stored), or -1 in the padding.
+// position gm (im2col, never stored), or -1 in the padding. Transposed: output o takes input
+// i = (o + P - tap * D) / S, where that divides (-1 where it does not).
 CA_HD long long conv_a_index(long long batch, int gm, int gk) {{
     const int img = gm / OUT_POS, pos = gm % OUT_POS;
     const int od = pos / (OH * OW), oh = pos / OW % OH, ow = pos % OW;
     const int c = gk / TAPS, tap = gk % TAPS;
-    const int id = od * SD - PD + tap / (KH * KW) * DD;
-    const int ih = oh * SH - PH + tap / KW % KH * DH;
-    const int iw = ow * SW - PW + tap % KW * DW;
+    const int td = tap / (KH * KW) * DD, th = tap / KW % KH * DH, tw = tap % KW * DW;
+    int id, ih, iw;
+    if (TCONV) {{
+        const int nd = od + PD - td, nh = oh + PH - th, nw = ow + PW - tw;
+        if (nd < 0 || nh < 0 || nw < 0 || nd % SD || nh % SH || nw % SW) return -1;
+        id = nd / SD; ih = nh / SH; iw = nw / SW;
+    }} else {{
+        id = od * SD - PD + td; ih = oh * SH - PH + th; iw = ow * SW - PW + tw;
+    }}
     if (id < 0 || id >= ID || ih < 0 || ih >= IH || iw < 0 || iw >= IW) return -1;
     return (((long long)img * CIN + batch * CIN_G + c) * ID + id) * (IH * IW) + (long long)ih * IW + iw;
+}}
+
+// Where B[batch][gk][gn] of a transposed convolution lies in its weight [CIN, COUT_G, taps].
+CA_HD long long tconv_b_index(long long batch, int gn, int gk) {{
+    return ((batch * CIN_G + gk / TAPS) * (long long)COUT_G + gn) * TAPS + gk % TAPS;
 }}
 
 // The flat output index of C[batch][gm][gn]: a convolution's output is [images, channels,
@@ -538,7 +562,8 @@ def _emit_simt_body(p: Product, call_args: str) -> str:
     auto b_at = [&](int k0, int i) -> acc_t {{
         const int n = TRANS_B ? i / BK : i % BN, k = TRANS_B ? i % BK : i / BN;
         const int gn = n0 + n, gk = k0 + k;
-        return (gn < N && gk < K) ? {load("(TRANS_B ? b[(long long)gn * K + gk] : b[(long long)gk * N + gn])")} : (acc_t)0;
+        if (gn >= N || gk >= K) return (acc_t)0;
+        return {load("(TCONV ? B[tconv_b_index(batch, gn, gk)] : TRANS_B ? b[(long long)gn * K + gk] : b[(long long)gk * N + gn])")};
     }};
     auto put_a = [&](int buf, int i, acc_t v) {{
         As[buf][TRANS_A ? i / BM : i % BK][TRANS_A ? i % BM : i / BK] = v;
@@ -622,10 +647,11 @@ constexpr int VA = {va}, VB = {vb};            // elements per staged chunk of A
 
 // One operand's R x BK slice at rows r0.., k0.. of a matrix stored [rows, K] (KC: k contiguous) or
 // [K, rows], in chunks of V elements along the contiguous dim (V = 8: one 16-byte load where `vec`),
-// zero outside the matrix; GATHER: a convolution's A, element by element (conv_a_index). A thread
+// zero outside the matrix; GATHER 1: a convolution's A (conv_a_index), 2: a transposed convolution's B
+// (tconv_b_index), element by element. A thread
 // fetches chunks tid, tid + THREADS, ... into registers, then puts them in the shared tile S[R][SK]
 // (k fastest).
-template <int R, bool KC, int V, bool GATHER> struct Slice {{
+template <int R, bool KC, int V, int GATHER> struct Slice {{
     static constexpr int CHUNKS = R * BK / V, EACH = (CHUNKS + THREADS - 1) / THREADS;
     vec_t<in_t, V> r[EACH];
     // KC: V consecutive k of one row, a row's chunks side by side (coalesced along k). Else V
@@ -650,7 +676,7 @@ template <int R, bool KC, int V, bool GATHER> struct Slice {{
                     in_t v = (in_t)0;
                     if (c < CHUNKS && (KC ? gr < rows && gk + j < K : gr + j < rows && gk < K)) {{
                         if (GATHER) {{
-                            const long long src = conv_a_index(batch, gr, gk);
+                            const long long src = GATHER == 1 ? conv_a_index(batch, gr, gk) : tconv_b_index(batch, gr, gk);
                             if (src >= 0) v = x[src];
                         }} else {{
                             v = x[at + j];
@@ -716,10 +742,10 @@ def _emit_mma_body(call_args: str) -> str:
     const long long batch = blockIdx.z;
     const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
     const in_t* a = CONV ? A : A + (A_BATCHED ? batch * (long long)M * K : 0LL);
-    const in_t* b = B + (B_BATCHED ? batch * (long long)K * N : 0LL);
+    const in_t* b = TCONV ? B : B + (B_BATCHED ? batch * (long long)K * N : 0LL);
     const bool vec_a = aligned_to<16>(a), vec_b = aligned_to<16>(b);     // else element by element
-    Slice<BM, !TRANS_A, VA, CONV> sa;
-    Slice<BN, TRANS_B, VB, false> sb;
+    Slice<BM, !TRANS_A, VA, CONV ? 1 : 0> sa;
+    Slice<BN, TRANS_B, VB, TCONV ? 2 : 0> sb;
     auto fetch = [&](int k0) {{
         sa.fetch(a, batch, M, K, m0, k0, tid, vec_a);
         sb.fetch(b, batch, N, K, n0, k0, tid, vec_b);
@@ -798,16 +824,17 @@ def _emit_mma_body(call_args: str) -> str:
 def _conv_constants(p: Product) -> str:
     c = p.conv
     if c is None:
-        return "constexpr bool CONV = false;\nconstexpr int OUT_POS = 1, OH = 1, OW = 1, TAPS = 1, KH = 1, KW = 1, SD = 1, " \
+        return "constexpr bool CONV = false, TCONV = false;\nconstexpr int OUT_POS = 1, OH = 1, OW = 1, TAPS = 1, KH = 1, KW = 1, SD = 1, " \
                "SH = 1, SW = 1, PD = 0, PH = 0, PW = 0, DD = 1, DH = 1, DW = 1, ID = 1, IH = 1, IW = 1, CIN = 1, " \
-               "CIN_G = 1, COUT = 1;"
+               "CIN_G = 1, COUT = 1, COUT_G = 1;"
     (id_, ih, iw), (od, oh, ow), (kd, kh, kw) = c.in_size, c.out_size, c.kernel
     (sd, sh, sw), (pd, ph, pw), (dd, dh, dw) = c.stride, c.padding, c.dilation
     return (f"constexpr bool CONV = true;   // A is the im2col view of the input [images, CIN, ID, IH, IW]\n"
+            f"constexpr bool TCONV = {'true' if c.transposed else 'false'};   // transposed: B is the weight [CIN, COUT / groups, taps]\n"
             f"constexpr int ID = {id_}, IH = {ih}, IW = {iw}, OH = {oh}, OW = {ow}, OUT_POS = {od * oh * ow};\n"
             f"constexpr int KH = {kh}, KW = {kw}, TAPS = {kd * kh * kw};\n"
             f"constexpr int SD = {sd}, SH = {sh}, SW = {sw}, PD = {pd}, PH = {ph}, PW = {pw}, DD = {dd}, DH = {dh}, DW = {dw};\n"
-            f"constexpr int CIN = {c.cin}, CIN_G = {c.cin // c.groups}, COUT = {c.cout};")
+            f"constexpr int CIN = {c.cin}, CIN_G = {c.cin // c.groups}, COUT = {c.cout}, COUT_G = {c.cout // c.groups};")
 
 
 def _emit_epilogue(graph: Graph, g: _Group, extra_c: list[str], out_c: list[str], values: dict[str, Any]) -> str:

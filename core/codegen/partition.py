@@ -567,15 +567,18 @@ def _as_matmul(b: _Builder, n: Node, graph: Graph) -> bool:
 
 
 def _as_conv(b: _Builder, n: Node) -> bool:
-    """A convolution (not transposed; 1 to 3 spatial dims; float) as a CONV node without its bias, and
+    """A convolution (transposed too; 1 to 3 spatial dims; float) as a CONV node without its bias, and
     the bias, viewed as [C, 1, ...], added after it: the family's epilogue takes that add."""
     x, w = n.operands[0], n.operands[1]
     bias = n.operands[2] if len(n.operands) > 2 else None
-    if n.attrs.get("transposed") or not isinstance(x, Ref) or not isinstance(w, Ref) or \
-            n.dtype not in MATMUL_DTYPES or not 3 <= len(n.shape) <= 5 or \
-            any(int(p) for p in (n.attrs.get("output_padding") or [])):
+    transposed = bool(n.attrs.get("transposed"))
+    if not isinstance(x, Ref) or not isinstance(w, Ref) or n.dtype not in MATMUL_DTYPES or \
+            not 3 <= len(n.shape) <= 5 or \
+            (not transposed and any(int(p) for p in (n.attrs.get("output_padding") or []))):
         return False              # left as it is: a refusal then names the op
     attrs = {k: n.attrs.get(k) for k in ("stride", "padding", "dilation", "groups")}
+    if transposed:
+        attrs.update(transposed=True, output_padding=n.attrs.get("output_padding"))
     if bias is None:
         b.add(n.name, CONV, [x, w], attrs, n.shape, n.dtype)
         return True
