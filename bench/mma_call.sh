@@ -6,9 +6,9 @@ set -uo pipefail
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 { nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader; lscpu | grep -E "Model name|^CPU\(s\)"; } | tee "$OUT/gpu.txt"
-timeout 200 python3 -m pytest -q -m gpu tests/gpu/test_codegen_matmul_gpu.py -k "tensor_core or half_product" \
+timeout 150 python3 -m pytest -q -m gpu tests/gpu/test_codegen_matmul_gpu.py -k "tensor_core or half_product" \
     -p no:cacheprovider -p no:logging -rf > "$OUT/mma-tests.log" 2>&1
 echo "tensor-core gpu tests: exit $? ($(tail -1 "$OUT/mma-tests.log"))"
 grep -E "^FAILED|Error|mismatch" "$OUT/mma-tests.log" | head -20
-timeout 330 python3 bench/mma_speed.py --out "$OUT" --deadline 270 ${MMA_TASKS:+--tasks $MMA_TASKS} 2>&1 | grep -v "^DEBUG" | tail -70
+timeout 260 python3 bench/mma_speed.py --out "$OUT" --deadline 190 ${MMA_TASKS:+--tasks $MMA_TASKS} 2>&1 | grep -v "^DEBUG" | tail -70
 rm -rf "$OUT/projects"

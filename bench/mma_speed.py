@@ -20,7 +20,8 @@ from core.codegen import generate  # noqa: E402
 from core.evaluation import SupervisorSettings  # noqa: E402
 from core.tasks import load_task  # noqa: E402
 
-TASKS = ["mm_bf16_rect", "mm_fp16", "fused_swiglu_bf16", "conv_depthwise2d", "mm_square", "fused_linear_gelu_scale", "conv_2d"]
+TASKS = ["mm_bf16_rect", "conv_depthwise2d", "mm_square", "fused_swiglu_bf16", "mm_fp16", "fused_linear_gelu_scale",
+         "conv_2d", "conv_transpose2d"]
 # Overrides of every product group's knobs (BM, BN, BK, TM, TN, PREFETCH[, MMA]).
 HALF_VARIANTS = [
     {"PREFETCH": 1},
