@@ -8,8 +8,13 @@ import torch
 from core.codegen import CodegenError, Ref, capture, generate
 from core.codegen.capture import capture_module
 from core.codegen.interpret import interpret
-from core.tasks import load_task_from_source
+from pathlib import Path
+
+from core.tasks import load_task, load_task_from_source
 from tests.test_codegen_cases import HEADER, POINTWISE_TASKS, SYNTHETIC, load, small_inputs
+
+# A task with an op no generator lowers (every example task is lowered).
+UNLOWERED = Path(__file__).resolve().parent / "data" / "unlowered" / "sort_rows.py"
 
 
 def test_capture_act_gelu_ir():
@@ -97,10 +102,10 @@ def get_init_inputs():
     assert "'three_picks'" in text and "'gather.default'" in text and "\n" not in text
     assert info.value.ops == ["gather.default"] and info.value.task == "three_picks"
     with pytest.raises(CodegenError) as info:
-        generate(load("conv_transpose2d"))
-    # The op that computes is named (a transposed convolution: the conv family takes the others).
-    assert "no code generator lowers 'convolution.default'" in str(info.value)
-    assert info.value.ops == ["convolution.default"] and "also without" not in str(info.value)
+        generate(load_task(UNLOWERED))
+    # The op that computes is named first; the getitem of its values is listed after it.
+    assert "no code generator lowers 'sort.default'" in str(info.value)
+    assert info.value.ops == ["sort.default", "getitem"]
 
 
 def test_capture_keeps_forward_outputs_only_and_decomposes_norms():

@@ -93,7 +93,7 @@ def _available() -> str:
                       "(cross-entropy, NLL, also over [N, C, d...])",
             "scan": "cumsum / cumprod (also reversed with flips)",
             "pool": "max / avg pooling",
-            "matmul": "matrix products (mm, bmm, matmul, nn.Linear, addmm) and convolutions (not transposed) "
+            "matmul": "matrix products (mm, bmm, matmul, nn.Linear, addmm) and convolutions (transposed ones too) "
                       "with elementwise ops on the result"}
     return "; ".join(parts + [text[h] for h in have])
 
