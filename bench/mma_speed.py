@@ -23,13 +23,14 @@ from core.tasks import load_task  # noqa: E402
 TASKS = ["mm_bf16_rect", "conv_depthwise2d", "mm_square", "fused_swiglu_bf16", "mm_fp16", "fused_linear_gelu_scale",
          "conv_2d", "conv_transpose2d"]
 # Overrides of every product group's knobs (BM, BN, BK, TM, TN, PREFETCH[, MMA]).
+MMA_TILE = {"MMA": 1, "BM": 128, "BN": 128, "BK": 32, "TM": 4, "TN": 4, "PREFETCH": 0}
 HALF_VARIANTS = [
-    {"PREFETCH": 1},
-    {"BK": 16},
-    {"BM": 128, "BN": 64, "TM": 4, "TN": 2},
-    {"BM": 64, "BN": 64, "TM": 2, "TN": 2},
-    {"BM": 128, "BN": 128, "TM": 2, "TN": 4},
-    {"MMA": 0, "BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "PREFETCH": 0},
+    MMA_TILE,
+    {**MMA_TILE, "PREFETCH": 1},
+    {**MMA_TILE, "BK": 16},
+    {**MMA_TILE, "BN": 64, "TN": 2},
+    {**MMA_TILE, "BM": 64, "BN": 64, "TM": 2, "TN": 2},
+    {**MMA_TILE, "TM": 2},
 ]
 FLOAT_VARIANTS = [
     {"PREFETCH": 1},

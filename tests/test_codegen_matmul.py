@@ -27,7 +27,8 @@ TASKS = Path(__file__).resolve().parents[1] / "resources" / "tasks"
 # Example tasks whose products the family now lowers (before: "no code generator lowers 'mm.default'").
 EXAMPLE_TASKS = ["mm_square", "mm_batched", "mm_bf16_rect", "mm_fp16", "mm_odd_shapes", "mm_tall_skinny",
                  "mm_transposed_b", "fused_linear_gelu_scale", "fused_matmul_bias_residual_relu", "fused_swiglu_bf16",
-                 "conv_1d", "conv_2d", "conv_3d", "conv_depthwise2d", "fused_conv_bn_relu", "fused_conv_relu_maxpool"]
+                 "conv_1d", "conv_2d", "conv_3d", "conv_depthwise2d", "conv_transpose2d", "fused_conv_bn_relu",
+                 "fused_conv_relu_maxpool"]
 
 
 def _task(forward: str, inputs: str, init: str = "pass", args: str = "x, y") -> str:
@@ -193,7 +194,8 @@ def test_schedule_space_limits_threads_shared_memory_and_waste():
 
 def test_tensor_cores_are_a_knob_of_half_products_only():
     half = Product(1, 4096, 4096, 4096, False, False, "bfloat16")
-    spec = schedule_spec(half)
+    assert schedule_spec(half).default()["MMA"] == int(lower_matmul.MMA_BY_DEFAULT)
+    spec = schedule_spec(half, tensor_cores_first=True)
     assert spec.default() == {"BM": 128, "BN": 128, "BK": 32, "TM": 4, "TN": 4, "PREFETCH": 0, "MMA": 1}
     assert threads(spec.default()) == 256 and smem_bytes(half, spec.default()) == 256 * 40 * 2
     assert "16 at a time" in spec.why_illegal({**spec.default(), "BK": 8})
@@ -203,7 +205,7 @@ def test_tensor_cores_are_a_knob_of_half_products_only():
         assert 32 <= threads(s) <= 1024 and smem_bytes(half, s) <= 48 * 1024
     assert "MMA" not in schedule_spec(Product(1, 4096, 4096, 4096, False, False, "float32")).default()
     # A short K still takes the tensor cores: the k steps past K multiply zeros.
-    assert schedule_spec(Product(1, 512, 512, 3, False, False, "float16")).default()["MMA"] == 1
+    assert schedule_spec(Product(1, 512, 512, 3, False, False, "float16"), True).default()["MMA"] == 1
 
 
 def test_a_default_that_fills_the_gpu_is_preferred():
@@ -236,6 +238,13 @@ def test_example_tasks_with_products_generate_and_compile(name, tmp_path_factory
     env = env_from_task(task)
     cache = CompileCache(tmp_path_factory.getbasetemp() / "matmul-cache")
     schedules = [gen.spec.default()] + gen.spec.sample(random.Random(name), 2)
+    if any(k.endswith("MMA") for k in gen.spec.default()):
+        saved, lower_matmul.MMA_BY_DEFAULT = lower_matmul.MMA_BY_DEFAULT, True     # the tensor-core default too
+        try:
+            schedules.append(generate(task).spec.default())
+        finally:
+            lower_matmul.MMA_BY_DEFAULT = saved
+        assert all(v for k, v in schedules[-1].items() if k.endswith("MMA")), schedules[-1]
     for schedule in schedules:
         program = gen.program.with_schedule(schedule)
         program.resolve(env, LaunchLimits())
@@ -272,7 +281,7 @@ def test_tensor_core_schedules_match_the_model_under_cpu_emulation(monkeypatch):
     """MMA=1 in every schedule drawn (the default and random ones, PREFETCH either way) for the fp16 /
     bf16 cases, mma.sync emulated lane by lane with the PTX fragment layout (WARP_MMA)."""
     def tensor_cores_only(product):
-        spec = schedule_spec(product)
+        spec = schedule_spec(product, tensor_cores_first=True)
         spec.knobs = [Knob("MMA", (1,), k.doc) if k.name == "MMA" else k for k in spec.knobs]
         return spec
 

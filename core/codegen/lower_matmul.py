@@ -78,6 +78,9 @@ MMA_PREFERENCE = ((128, 128, 32, 4, 4), (128, 64, 32, 4, 2), (64, 64, 32, 2, 2),
                   (32, 32, 32, 1, 2), (32, 16, 16, 1, 1), (16, 16, 16, 1, 1),
                   (128, 8, 32, 2, 1), (64, 8, 32, 1, 1), (16, 8, 16, 1, 1))       # 8 columns or fewer
 MMA_DTYPES = ("float16", "bfloat16")
+# Whether fp16 / bf16 defaults use the tensor cores. Off until a GPU has run the MMA=1 kernel (checked
+# so far on the CPU only, against an emulation written from the PTX ISA): the search reaches it.
+MMA_BY_DEFAULT = False
 MMA_PAD = 8                        # elements padding each staged row (MMA=1)
 BLOCK_SIMT = "(BM // TM) * (BN // TN)"
 BLOCK_MMA = f"32 * (BM // (16 * TM)) * (BN // (8 * TN)) if MMA else {BLOCK_SIMT}"
@@ -324,7 +327,9 @@ def _narrow_preference(p: Product) -> tuple[tuple[int, int, int, int, int], ...]
     return tuple(out)
 
 
-def schedule_spec(p: Product) -> ScheduleSpec:
+def schedule_spec(p: Product, tensor_cores_first: bool | None = None) -> ScheduleSpec:
+    """The product's knobs and constraints; its default prefers tensor cores (where they apply) when
+    `tensor_cores_first`, MMA_BY_DEFAULT when None."""
     knobs = [
         Knob("BM", TILE_VALUES, "rows of the product per block tile"),
         Knob("BN", TILE_VALUES, "columns of the product per block tile"),
@@ -383,11 +388,14 @@ def schedule_spec(p: Product) -> ScheduleSpec:
         return None
 
     spec = ScheduleSpec(knobs, [shape, shared, waste, grid, prefetch])
-    # The default: tensor cores where they apply, then the SIMT kernel; within each, the first
-    # preferred tile that is legal and gives every SM a block, else the legal one with the most blocks.
+    # The default: tensor cores where they apply (when first), the SIMT kernel, else tensor cores; within
+    # each, the first preferred tile that is legal and gives every SM a block, else the legal one with
+    # the most blocks.
     names = ("BM", "BN", "BK", "TM", "TN")
-    kinds = [(MMA_PREFERENCE, 1)] if p.dtype in MMA_DTYPES else []
-    kinds.append((_narrow_preference(p) + DEFAULT_PREFERENCE, 0))
+    kinds = [(_narrow_preference(p) + DEFAULT_PREFERENCE, 0)]
+    if p.dtype in MMA_DTYPES:
+        first = MMA_BY_DEFAULT if tensor_cores_first is None else tensor_cores_first
+        kinds.insert(0 if first else 1, (MMA_PREFERENCE, 1))
     chosen = None
     for preference, mma in kinds:
         legal = [{k.name: {**dict(zip(names, c)), "PREFETCH": 0, "MMA": mma}[k.name] for k in knobs} for c in preference]
@@ -401,8 +409,8 @@ def schedule_spec(p: Product) -> ScheduleSpec:
         if not legal:
             raise CodegenError(f"the matmul family has no legal default schedule for {p}")
         chosen = max(legal, key=lambda c: blocks(p, c))
-    first = {k.name: k.values[0] for k in knobs}
-    spec.defaults = {k: v for k, v in chosen.items() if v != first[k]}
+    first_values = {k.name: k.values[0] for k in knobs}
+    spec.defaults = {k: v for k, v in chosen.items() if v != first_values[k]}
     return spec
 
 

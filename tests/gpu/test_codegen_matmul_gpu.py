@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from core.codegen import generate
+from core.codegen import generate, lower_matmul
 from core.tasks import load_task, load_task_from_source
 from tests.gpu.codegen_check import failures_at
 from tests.test_codegen_matmul import CASES, MMA_CASES
@@ -40,9 +40,10 @@ def test_example_product_is_correct_at_its_default_schedule(name):
 
 
 @pytest.mark.parametrize("name", MMA_CASES)
-def test_tensor_core_schedules_are_correct_on_the_gpu(name):
+def test_tensor_core_schedules_are_correct_on_the_gpu(name, monkeypatch):
     """MMA=1 (mma.sync) at the default and sampled tensor-core schedules: the fragment layout the
     CPU emulation assumes is the one the GPU has."""
+    monkeypatch.setattr(lower_matmul, "MMA_BY_DEFAULT", True)
     task = load_task_from_source(CASES[name], name)
     gen = generate(task)
     mma = [s for s in gen.spec.sample(random.Random(name), 400) if any(v for k, v in s.items() if k.endswith("MMA"))]
@@ -53,7 +54,8 @@ def test_tensor_core_schedules_are_correct_on_the_gpu(name):
 
 
 @pytest.mark.parametrize("name", ["mm_fp16", "fused_swiglu_bf16"])
-def test_example_half_product_is_correct_with_tensor_cores(name):
+def test_example_half_product_is_correct_with_tensor_cores(name, monkeypatch):
+    monkeypatch.setattr(lower_matmul, "MMA_BY_DEFAULT", True)
     task = load_task(TASKS / f"{name}.py")
     gen = generate(task)
     assert all(v for k, v in gen.spec.default().items() if k.endswith("MMA"))
