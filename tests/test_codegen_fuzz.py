@@ -851,6 +851,7 @@ def _run_code(index: int, program, plan, inputs: dict[str, torch.Tensor]) -> str
 # its low half). A lane that skips the instruction deadlocks the warp barrier, as on the GPU.
 WARP_MMA = r"""
 static unsigned ca_mma_a[32][32][4], ca_mma_b[32][32][2];
+// Its own fp16 / bf16 decoding: the programs' h2f / bf2f come later in the file, inside their namespaces.
 static float ca_half_to_float(unsigned short h, bool bf16) {
     if (bf16) { unsigned u = (unsigned)h << 16; float f; memcpy(&f, &u, 4); return f; }
     const int e = (h >> 10) & 0x1f, m = h & 0x3ff;

@@ -478,13 +478,11 @@ def _emit(graph: Graph, g: _Group, kernel: str, extra_c: list[str], out_c: list[
     call_args = "".join(f", {c}" for c in extra_c + out_c)
     epilogue = _emit_epilogue(graph, g, extra_c, out_c, values)
     simt = _emit_simt_body(p, call_args)
-    mma = p.dtype in MMA_DTYPES
-    if mma:
+    if p.dtype in MMA_DTYPES:
         threads_c = "#if MMA\n" + _emit_mma_helpers(p) + "#else\n" + SIMT_THREADS + "#endif"
         body = f"#if MMA\n{_emit_mma_body(call_args)}#else\n{simt}#endif\n"
-        bounds = "MMA ? 32 * (BM / (16 * TM)) * (BN / (8 * TN)) : (BM / TM) * (BN / TN)"
     else:
-        threads_c, body, bounds = SIMT_THREADS, simt, "(BM / TM) * (BN / TN)"
+        threads_c, body = SIMT_THREADS, simt
     return f"""
 namespace {ns} {{
 typedef {in_t} in_t;      // a stored operand element
@@ -530,7 +528,7 @@ CA_HD long long out_index(long long batch, int gm, int gn, int M, int N) {{
 {epilogue}
 }}  // namespace {ns}
 
-extern "C" __global__ void __launch_bounds__({bounds})
+extern "C" __global__ void __launch_bounds__({ns}::THREADS)
 {kernel}(const {ns}::in_t* __restrict__ A, const {ns}::in_t* __restrict__ B{extra_params}{out_params}, int M, int N, int K) {{
     using namespace {ns};
 {body}}}
