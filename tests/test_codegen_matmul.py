@@ -102,6 +102,11 @@ CASES = {
                                             "output_padding=(1, 0), groups=2, dilation=(1, 2))", "x"),
     "conv_transpose1d_nobias": _task("return self.c(x)", "[torch.randn(2, 3, 7)]",
                                      "self.c = nn.ConvTranspose1d(3, 4, 4, stride=3, padding=2, bias=False)", "x"),
+    # Phases whose first tap needs dilation's inverse modulo the stride (2 * 2 = 1 mod 3), and phases
+    # no tap reaches (dilation and stride both 2): their outputs are the bias alone.
+    "conv_transpose2d_dilated_phases": _task("return self.c(x)", "[torch.randn(2, 4, 4, 5)]",
+                                             "self.c = nn.ConvTranspose2d(4, 3, 3, stride=(3, 2), padding=(1, 0), "
+                                             "output_padding=(1, 1), dilation=2)", "x"),
     "conv_transpose3d_fp16": _task("return torch.relu(self.c(x))", "[torch.randn(1, 4, 3, 4, 3).half()]",
                                    "self.c = nn.ConvTranspose3d(4, 8, 3, stride=2, padding=1).half()", "x"),
     "conv2d_bn_eval": _task("return torch.relu(self.bn(self.c(x)))", "[torch.randn(2, 3, 8, 8)]",
@@ -164,8 +169,11 @@ def test_a_transposed_convolution_is_a_product_of_its_input_and_weight_too():
     assert conv.attrs["transposed"] is True and conv.attrs["output_padding"] == [1, 0]
     gen = _generated("conv_transpose2d_stride_groups")
     # 2 groups of 4 -> 3 channels over 3x2 taps; output (5-1)*2 - 2 + 2 + 1 + 1 = 10 by (4-1) + 2 + 1 = 6.
-    assert gen.family == "conv" and "transposed conv" in gen.notes[0] and "as 2 x [120 x 24] @ [24 x 3]" in gen.notes[0], \
+    # Stride 2 along the height: 2 output phases per group, each 5 x 6 outputs of 2 x 2 taps (no
+    # multiplication by the zeros between input rows: 16 of K, not 24).
+    assert gen.family == "conv" and "transposed conv" in gen.notes[0] and "as 4 x [60 x 16] @ [16 x 3]" in gen.notes[0], \
         gen.notes
+    assert "2 groups x 2 output phases" in gen.notes[0]
 
 
 def test_addmm_scales_become_elementwise_ops_after_the_product():

@@ -123,6 +123,35 @@ class ConvGeometry:
     transposed: bool = False       # a transposed convolution: output position o takes input i where
     #                                o = i * stride - padding + tap * dilation; the weight is [Cin, Cout/groups, taps]
 
+    # A transposed convolution is computed phase by phase (sub-pixel): the outputs o = o' * stride + r
+    # of one phase r (per dim) take only the taps t with t * dilation = r + padding (mod stride), every
+    # stride / gcd(dilation, stride)-th tap from the first such one. So each phase is a convolution of
+    # its own with a fraction of the taps, and no product multiplies the zeros between the input
+    # elements. A plain convolution is one phase of every tap.
+    @property
+    def phases(self) -> int:
+        """The independent products of a transposed convolution (one per output phase), else 1."""
+        return math.prod(self.stride) if self.transposed else 1
+
+    @property
+    def tap_step(self) -> tuple[int, int, int]:
+        """Per dim: the step between the taps of one phase."""
+        if not self.transposed:
+            return (1, 1, 1)
+        return tuple(s // math.gcd(d, s) for s, d in zip(self.stride, self.dilation))   # type: ignore[return-value]
+
+    @property
+    def phase_taps(self) -> tuple[int, int, int]:
+        """Per dim: the most taps one phase takes (a phase past the kernel's end takes fewer)."""
+        return tuple(-(-k // step) for k, step in zip(self.kernel, self.tap_step))   # type: ignore[return-value]
+
+    @property
+    def phase_out(self) -> tuple[int, int, int]:
+        """Per dim: the most output positions one phase has."""
+        if not self.transposed:
+            return self.out_size
+        return tuple(-(-o // s) for o, s in zip(self.out_size, self.stride))   # type: ignore[return-value]
+
 
 def is_matmul(node: Node, graph: Graph) -> bool:
     """A MATMUL node of float operands of one dtype (canonicalize makes them)."""
@@ -190,9 +219,9 @@ def conv_product(node: Node, graph: Graph) -> Product:
             out[:2] != (geo.images, geo.cout):
         raise CodegenError(f"Task '{graph.task}': a convolution of {list(x)} by {list(w)} (groups {groups}) -> "
                            f"{list(out)} that the conv family does not understand.", task=graph.task, ops=[node.op])
-    taps = math.prod(geo.kernel)
-    return Product(groups, geo.images * math.prod(geo.out_size), geo.cout // groups, geo.cin // groups * taps,
-                   True, True, node.dtype, conv=geo)
+    # One product per group (and per output phase of a transposed convolution, geo.phases).
+    return Product(groups * geo.phases, geo.images * math.prod(geo.phase_out), geo.cout // groups,
+                   geo.cin // groups * math.prod(geo.phase_taps), True, True, node.dtype, conv=geo)
 
 
 # ---- group analysis -------------------------------------------------------------------------------
@@ -458,7 +487,8 @@ def lower_matmul(graph: Graph, kernel: str) -> Lowering:
         notes = [f"{'transposed ' if c.transposed else ''}conv: {c.images} images, {c.cin} -> {c.cout} channels (groups {c.groups}), "
                  f"{'x'.join(map(str, c.in_size))} -> {'x'.join(map(str, c.out_size))}, kernel "
                  f"{'x'.join(map(str, c.kernel))}, stride {list(c.stride)}, padding {list(c.padding)}, dilation "
-                 f"{list(c.dilation)} {p.dtype}, as {shape}[{p.m} x {p.k}] @ [{p.k} x {p.n}], {acc}"]
+                 f"{list(c.dilation)} {p.dtype}, as {shape}[{p.m} x {p.k}] @ [{p.k} x {p.n}], {acc}"
+                 + (f" ({c.groups} groups x {c.phases} output phases, each with its own taps)" if c.phases > 1 else "")]
     else:
         notes = [f"matmul: {shape}[{p.m} x {p.k}]{'ᵀ' if p.trans_a else ''} @ [{p.k} x {p.n}]{'ᵀ' if p.trans_b else ''} "
                  f"{p.dtype}, {acc}"]
@@ -492,34 +522,73 @@ constexpr bool TRANS_B = {flag(p.trans_b)};      // B stored [N, K] (else [K, N]
 constexpr bool A_BATCHED = {flag(p.a_batched)}, B_BATCHED = {flag(p.b_batched)};   // else one matrix for all
 {_conv_constants(p)}
 
+// A transposed convolution's products: batch = group * PHASES + phase; row gm = (image, position
+// o' in the phase's grid QOD x QOH x QOW), the output o = o' * S + r; column gk = (input channel, j),
+// the phase's j-th tap t = t0(r) + j * TS per dim (TS = S / gcd(D, S); t0 solves t * D = r + P mod S).
+// -1: no such tap (past the kernel, or a phase no tap reaches).
+CA_HD int phase_tap(int r, int j, int S, int P, int G, int TS, int DINV, int KX) {{
+    if ((r + P) % G) return -1;
+    const int t = (r + P) % S / G * DINV % TS + j * TS;
+    return t < KX ? t : -1;
+}}
+// The output position (od, oh, ow) of row gm (its image in img), and the taps (td, th, tw) of column gk,
+// of a transposed convolution's product `batch`; false when the row is past the output or the
+// column has no tap.
+CA_HD bool tconv_row(long long batch, int gm, int& img, int& od, int& oh, int& ow) {{
+    const int ph = (int)(batch % PHASES), pos = gm % OUT_POS;
+    img = gm / OUT_POS;
+    od = pos / (QOH * QOW) * SD + ph / (SH * SW);
+    oh = pos / QOW % QOH * SH + ph / SW % SH;
+    ow = pos % QOW * SW + ph % SW;
+    return od < OD && oh < OH && ow < OW;
+}}
+CA_HD bool tconv_col(long long batch, int gk, int& td, int& th, int& tw) {{
+    const int ph = (int)(batch % PHASES), j = gk % TAPS;
+    td = phase_tap(ph / (SH * SW), j / (QKH * QKW), SD, PD, GD, TSD, DINVD, KD);
+    th = phase_tap(ph / SW % SH, j / QKW % QKH, SH, PH, GH, TSH, DINVH, KH);
+    tw = phase_tap(ph % SW, j % QKW, SW, PW, GW, TSW, DINVW, KW);
+    return td >= 0 && th >= 0 && tw >= 0;
+}}
+
 // Where A[batch][gm][gk] of a convolution lies in its input: the element under tap gk of output
 // position gm (im2col, never stored), or -1 in the padding. Transposed: output o takes input
-// i = (o + P - tap * D) / S, where that divides (-1 where it does not).
+// i = (o + P - t * D) / S, which divides for the phase's taps.
 CA_HD long long conv_a_index(long long batch, int gm, int gk) {{
-    const int img = gm / OUT_POS, pos = gm % OUT_POS;
-    const int od = pos / (OH * OW), oh = pos / OW % OH, ow = pos % OW;
-    const int c = gk / TAPS, tap = gk % TAPS;
-    const int td = tap / (KH * KW) * DD, th = tap / KW % KH * DH, tw = tap % KW * DW;
-    int id, ih, iw;
+    const int c = gk / TAPS;
+    int img, id, ih, iw;
+    long long group = batch;
     if (TCONV) {{
-        const int nd = od + PD - td, nh = oh + PH - th, nw = ow + PW - tw;
-        if (nd < 0 || nh < 0 || nw < 0 || nd % SD || nh % SH || nw % SW) return -1;
-        id = nd / SD; ih = nh / SH; iw = nw / SW;
+        int od, oh, ow, td, th, tw;
+        if (!tconv_row(batch, gm, img, od, oh, ow) || !tconv_col(batch, gk, td, th, tw)) return -1;
+        group = batch / PHASES;
+        id = (od + PD - td * DD) / SD; ih = (oh + PH - th * DH) / SH; iw = (ow + PW - tw * DW) / SW;   // exact
     }} else {{
-        id = od * SD - PD + td; ih = oh * SH - PH + th; iw = ow * SW - PW + tw;
+        const int pos = gm % OUT_POS, tap = gk % TAPS;
+        img = gm / OUT_POS;
+        id = pos / (OH * OW) * SD - PD + tap / (KH * KW) * DD;
+        ih = pos / OW % OH * SH - PH + tap / KW % KH * DH;
+        iw = pos % OW * SW - PW + tap % KW * DW;
     }}
     if (id < 0 || id >= ID || ih < 0 || ih >= IH || iw < 0 || iw >= IW) return -1;
-    return (((long long)img * CIN + batch * CIN_G + c) * ID + id) * (IH * IW) + (long long)ih * IW + iw;
+    return (((long long)img * CIN + group * CIN_G + c) * ID + id) * (IH * IW) + (long long)ih * IW + iw;
 }}
 
-// Where B[batch][gk][gn] of a transposed convolution lies in its weight [CIN, COUT_G, taps].
+// Where B[batch][gk][gn] of a transposed convolution lies in its weight [CIN, COUT_G, KD * KH * KW],
+// or -1 where the phase has no tap gk.
 CA_HD long long tconv_b_index(long long batch, int gn, int gk) {{
-    return ((batch * CIN_G + gk / TAPS) * (long long)COUT_G + gn) * TAPS + gk % TAPS;
+    int td, th, tw;
+    if (!tconv_col(batch, gk, td, th, tw)) return -1;
+    return ((batch / PHASES * CIN_G + gk / TAPS) * (long long)COUT_G + gn) * (KD * KH * KW) + (td * KH + th) * KW + tw;
 }}
 
-// The flat output index of C[batch][gm][gn]: a convolution's output is [images, channels,
-// positions]; a product's [batch, M, N].
+// The flat output index of C[batch][gm][gn], or -1 for a row past a phase's outputs: a convolution's
+// output is [images, channels, positions]; a product's [batch, M, N].
 CA_HD long long out_index(long long batch, int gm, int gn, int M, int N) {{
+    if (TCONV) {{
+        int img, od, oh, ow;
+        if (!tconv_row(batch, gm, img, od, oh, ow)) return -1;
+        return ((long long)img * COUT + batch / PHASES * N + gn) * (OD * OH * OW) + ((long long)od * OH + oh) * OW + ow;
+    }}
     return CONV ? ((long long)(gm / OUT_POS) * COUT + batch * N + gn) * OUT_POS + gm % OUT_POS
                 : (batch * M + gm) * (long long)N + gn;
 }}
@@ -569,7 +638,11 @@ def _emit_simt_body(p: Product, call_args: str) -> str:
         const int n = TRANS_B ? i / BK : i % BN, k = TRANS_B ? i % BK : i / BN;
         const int gn = n0 + n, gk = k0 + k;
         if (gn >= N || gk >= K) return (acc_t)0;
-        return {load("(TCONV ? B[tconv_b_index(batch, gn, gk)] : TRANS_B ? b[(long long)gn * K + gk] : b[(long long)gk * N + gn])")};
+        if (TCONV) {{
+            const long long at = tconv_b_index(batch, gn, gk);
+            return at >= 0 ? {load("B[at]")} : (acc_t)0;
+        }}
+        return {load("(TRANS_B ? b[(long long)gn * K + gk] : b[(long long)gk * N + gn])")};
     }};
     auto put_a = [&](int buf, int i, acc_t v) {{
         As[buf][TRANS_A ? i / BM : i % BK][TRANS_A ? i % BM : i / BK] = v;
@@ -637,7 +710,8 @@ def _emit_simt_body(p: Product, call_args: str) -> str:
         #pragma unroll
         for (int j = 0; j < TN; ++j) {{
             const int gn = n0 + tx + j * TX;
-            if (gm < M && gn < N) epilogue(acc[i][j], out_index(batch, gm, gn, M, N){call_args});
+            const long long e = gm < M && gn < N ? out_index(batch, gm, gn, M, N) : -1;
+            if (e >= 0) epilogue(acc[i][j], e{call_args});
         }}
     }}
 """
@@ -822,7 +896,8 @@ def _emit_mma_body(call_args: str) -> str:
             for (int q = 0; q < 4; ++q) {{
                 const int gm = m0 + wm * 16 * TM + i * 16 + g + (q >= 2 ? 8 : 0);
                 const int gn = n0 + wn * 8 * TN + j * 8 + 2 * t + (q & 1);
-                if (gm < M && gn < N) epilogue(acc[i][j][q], out_index(batch, gm, gn, M, N){call_args});
+                const long long e = gm < M && gn < N ? out_index(batch, gm, gn, M, N) : -1;
+                if (e >= 0) epilogue(acc[i][j][q], e{call_args});
             }}
 """
 
@@ -830,17 +905,27 @@ def _emit_mma_body(call_args: str) -> str:
 def _conv_constants(p: Product) -> str:
     c = p.conv
     if c is None:
-        return "constexpr bool CONV = false, TCONV = false;\nconstexpr int OUT_POS = 1, OH = 1, OW = 1, TAPS = 1, KH = 1, KW = 1, SD = 1, " \
-               "SH = 1, SW = 1, PD = 0, PH = 0, PW = 0, DD = 1, DH = 1, DW = 1, ID = 1, IH = 1, IW = 1, CIN = 1, " \
-               "CIN_G = 1, COUT = 1, COUT_G = 1;"
+        c = ConvGeometry(1, 1, 1, 1, (1, 1, 1), (1, 1, 1), (1, 1, 1), (1, 1, 1), (0, 0, 0), (1, 1, 1))
+        head = "constexpr bool CONV = false, TCONV = false;   // a plain product: none of the below is used\n"
+    else:
+        head = (f"constexpr bool CONV = true;   // A is the im2col view of the input [images, CIN, ID, IH, IW]\n"
+                f"constexpr bool TCONV = {'true' if c.transposed else 'false'};   // transposed: B is the weight "
+                f"[CIN, COUT / groups, KD, KH, KW], one product per group and phase\n")
     (id_, ih, iw), (od, oh, ow), (kd, kh, kw) = c.in_size, c.out_size, c.kernel
     (sd, sh, sw), (pd, ph, pw), (dd, dh, dw) = c.stride, c.padding, c.dilation
-    return (f"constexpr bool CONV = true;   // A is the im2col view of the input [images, CIN, ID, IH, IW]\n"
-            f"constexpr bool TCONV = {'true' if c.transposed else 'false'};   // transposed: B is the weight [CIN, COUT / groups, taps]\n"
-            f"constexpr int ID = {id_}, IH = {ih}, IW = {iw}, OH = {oh}, OW = {ow}, OUT_POS = {od * oh * ow};\n"
-            f"constexpr int KH = {kh}, KW = {kw}, TAPS = {kd * kh * kw};\n"
+    (qod, qoh, qow), (qkd, qkh, qkw), steps = c.phase_out, c.phase_taps, c.tap_step
+    gcds = [math.gcd(d, s) for d, s in zip(c.dilation, c.stride)]
+    # The inverse of D / G modulo TS (phase_tap's first tap); 0 where TS is 1 (every tap is the first).
+    inverses = [pow(d // g, -1, ts) if ts > 1 else 0 for d, g, ts in zip(c.dilation, gcds, steps)]
+    return (head +
+            f"constexpr int ID = {id_}, IH = {ih}, IW = {iw}, OD = {od}, OH = {oh}, OW = {ow}, KD = {kd}, KH = {kh}, KW = {kw};\n"
             f"constexpr int SD = {sd}, SH = {sh}, SW = {sw}, PD = {pd}, PH = {ph}, PW = {pw}, DD = {dd}, DH = {dh}, DW = {dw};\n"
-            f"constexpr int CIN = {c.cin}, CIN_G = {c.cin // c.groups}, COUT = {c.cout}, COUT_G = {c.cout // c.groups};")
+            f"constexpr int CIN = {c.cin}, CIN_G = {c.cin // c.groups}, COUT = {c.cout}, COUT_G = {c.cout // c.groups};\n"
+            f"// Per product: output positions (a phase's grid QOD x QOH x QOW) and taps (QKD x QKH x QKW).\n"
+            f"constexpr int PHASES = {c.phases}, QOH = {qoh}, QOW = {qow}, OUT_POS = {qod * qoh * qow};\n"
+            f"constexpr int QKH = {qkh}, QKW = {qkw}, TAPS = {qkd * qkh * qkw};\n"
+            f"constexpr int GD = {gcds[0]}, GH = {gcds[1]}, GW = {gcds[2]}, TSD = {steps[0]}, TSH = {steps[1]}, "
+            f"TSW = {steps[2]}, DINVD = {inverses[0]}, DINVH = {inverses[1]}, DINVW = {inverses[2]};")
 
 
 def _emit_epilogue(graph: Graph, g: _Group, extra_c: list[str], out_c: list[str], values: dict[str, Any]) -> str:
