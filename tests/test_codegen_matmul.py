@@ -176,6 +176,18 @@ def test_a_transposed_convolution_is_a_product_of_its_input_and_weight_too():
     assert "2 groups x 2 output phases" in gen.notes[0]
 
 
+@pytest.mark.skipif(GXX is None, reason="no host C++ compiler")
+def test_a_transposed_convolution_past_the_grid_limit_takes_every_tap(monkeypatch):
+    # Groups x phases past the grid's z limit (here made 3: 2 groups x 2 phases): one product per group
+    # over every tap, zeros where the stride does not divide, as correct as the split.
+    monkeypatch.setattr(lower_matmul, "MAX_GRID_YZ", 3)
+    gen = _generated("conv_transpose2d_stride_groups")
+    assert "as 2 x [120 x 24] @ [24 x 3]" in gen.notes[0] and "not split" in gen.notes[0], gen.notes
+    with tempfile.TemporaryDirectory() as tmp:
+        outcomes = run_fuzz([FuzzCase("unsplit", "matmul", CASES["conv_transpose2d_stride_groups"])], 4, Path(tmp))
+    assert not outcomes[0].failures and outcomes[0].runs >= 2, report(outcomes)
+
+
 def test_addmm_scales_become_elementwise_ops_after_the_product():
     canon = _canonical("addmm_alpha_beta")
     ops = [(n.op, n.attrs) for n in canon.nodes]

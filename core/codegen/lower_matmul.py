@@ -36,6 +36,7 @@ rules out (DESIGN section 4).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass
@@ -127,18 +128,25 @@ class ConvGeometry:
     # of one phase r (per dim) take only the taps t with t * dilation = r + padding (mod stride), every
     # stride / gcd(dilation, stride)-th tap from the first such one. So each phase is a convolution of
     # its own with a fraction of the taps, and no product multiplies the zeros between the input
-    # elements. A plain convolution is one phase of every tap.
+    # elements. A plain convolution is one phase of every tap; so is a transposed one whose
+    # groups x phases would pass the grid's z limit (split_phases False): its products take every tap
+    # and multiply zeros where (o + padding - t * dilation) does not divide by the stride.
+    split_phases: bool = True
+
+    @property
+    def phase_stride(self) -> tuple[int, int, int]:
+        """Per dim: the step between the outputs of one product (the stride where phases are split)."""
+        return self.stride if self.transposed and self.split_phases else (1, 1, 1)
+
     @property
     def phases(self) -> int:
-        """The independent products of a transposed convolution (one per output phase), else 1."""
-        return math.prod(self.stride) if self.transposed else 1
+        """The products per group: one per output phase of a split transposed convolution, else 1."""
+        return math.prod(self.phase_stride)
 
     @property
     def tap_step(self) -> tuple[int, int, int]:
         """Per dim: the step between the taps of one phase."""
-        if not self.transposed:
-            return (1, 1, 1)
-        return tuple(s // math.gcd(d, s) for s, d in zip(self.stride, self.dilation))   # type: ignore[return-value]
+        return tuple(s // math.gcd(d, s) for s, d in zip(self.phase_stride, self.dilation))   # type: ignore[return-value]
 
     @property
     def phase_taps(self) -> tuple[int, int, int]:
@@ -148,9 +156,7 @@ class ConvGeometry:
     @property
     def phase_out(self) -> tuple[int, int, int]:
         """Per dim: the most output positions one phase has."""
-        if not self.transposed:
-            return self.out_size
-        return tuple(-(-o // s) for o, s in zip(self.out_size, self.stride))   # type: ignore[return-value]
+        return tuple(-(-o // s) for o, s in zip(self.out_size, self.phase_stride))   # type: ignore[return-value]
 
 
 def is_matmul(node: Node, graph: Graph) -> bool:
@@ -219,6 +225,8 @@ def conv_product(node: Node, graph: Graph) -> Product:
             out[:2] != (geo.images, geo.cout):
         raise CodegenError(f"Task '{graph.task}': a convolution of {list(x)} by {list(w)} (groups {groups}) -> "
                            f"{list(out)} that the conv family does not understand.", task=graph.task, ops=[node.op])
+    if groups * geo.phases > MAX_GRID_YZ:
+        geo = dataclasses.replace(geo, split_phases=False)
     # One product per group (and per output phase of a transposed convolution, geo.phases).
     return Product(groups * geo.phases, geo.images * math.prod(geo.phase_out), geo.cout // groups,
                    geo.cin // groups * math.prod(geo.phase_taps), True, True, node.dtype, conv=geo)
@@ -488,7 +496,9 @@ def lower_matmul(graph: Graph, kernel: str) -> Lowering:
                  f"{'x'.join(map(str, c.in_size))} -> {'x'.join(map(str, c.out_size))}, kernel "
                  f"{'x'.join(map(str, c.kernel))}, stride {list(c.stride)}, padding {list(c.padding)}, dilation "
                  f"{list(c.dilation)} {p.dtype}, as {shape}[{p.m} x {p.k}] @ [{p.k} x {p.n}], {acc}"
-                 + (f" ({c.groups} groups x {c.phases} output phases, each with its own taps)" if c.phases > 1 else "")]
+                 + (f" ({c.groups} groups x {c.phases} output phases, each with its own taps)" if c.phases > 1 else "")
+                 + (" (output phases not split: groups x phases would pass the grid's z limit; every tap, zeros "
+                    "multiplied)" if c.transposed and not c.split_phases else "")]
     else:
         notes = [f"matmul: {shape}[{p.m} x {p.k}]{'ᵀ' if p.trans_a else ''} @ [{p.k} x {p.n}]{'ᵀ' if p.trans_b else ''} "
                  f"{p.dtype}, {acc}"]
@@ -523,12 +533,13 @@ constexpr bool A_BATCHED = {flag(p.a_batched)}, B_BATCHED = {flag(p.b_batched)};
 {_conv_constants(p)}
 
 // A transposed convolution's products: batch = group * PHASES + phase; row gm = (image, position
-// o' in the phase's grid QOD x QOH x QOW), the output o = o' * S + r; column gk = (input channel, j),
-// the phase's j-th tap t = t0(r) + j * TS per dim (TS = S / gcd(D, S); t0 solves t * D = r + P mod S).
+// o' in the phase's grid QOD x QOH x QOW), the output o = o' * PS + r; column gk = (input channel, j),
+// the phase's j-th tap t = t0(r) + j * TS per dim (TS = PS / gcd(D, PS); t0 solves t * D = r + P
+// mod PS). PS, the phase stride, is the stride where phases are split, else 1 (one phase, every tap).
 // -1: no such tap (past the kernel, or a phase no tap reaches).
-CA_HD int phase_tap(int r, int j, int S, int P, int G, int TS, int DINV, int KX) {{
+CA_HD int phase_tap(int r, int j, int PS, int P, int G, int TS, int DINV, int KX) {{
     if ((r + P) % G) return -1;
-    const int t = (r + P) % S / G * DINV % TS + j * TS;
+    const int t = (r + P) % PS / G * DINV % TS + j * TS;
     return t < KX ? t : -1;
 }}
 // The output position (od, oh, ow) of row gm (its image in img), and the taps (td, th, tw) of column gk,
@@ -537,22 +548,22 @@ CA_HD int phase_tap(int r, int j, int S, int P, int G, int TS, int DINV, int KX)
 CA_HD bool tconv_row(long long batch, int gm, int& img, int& od, int& oh, int& ow) {{
     const int ph = (int)(batch % PHASES), pos = gm % OUT_POS;
     img = gm / OUT_POS;
-    od = pos / (QOH * QOW) * SD + ph / (SH * SW);
-    oh = pos / QOW % QOH * SH + ph / SW % SH;
-    ow = pos % QOW * SW + ph % SW;
+    od = pos / (QOH * QOW) * PSD + ph / (PSH * PSW);
+    oh = pos / QOW % QOH * PSH + ph / PSW % PSH;
+    ow = pos % QOW * PSW + ph % PSW;
     return od < OD && oh < OH && ow < OW;
 }}
 CA_HD bool tconv_col(long long batch, int gk, int& td, int& th, int& tw) {{
     const int ph = (int)(batch % PHASES), j = gk % TAPS;
-    td = phase_tap(ph / (SH * SW), j / (QKH * QKW), SD, PD, GD, TSD, DINVD, KD);
-    th = phase_tap(ph / SW % SH, j / QKW % QKH, SH, PH, GH, TSH, DINVH, KH);
-    tw = phase_tap(ph % SW, j % QKW, SW, PW, GW, TSW, DINVW, KW);
+    td = phase_tap(ph / (PSH * PSW), j / (QKH * QKW), PSD, PD, GD, TSD, DINVD, KD);
+    th = phase_tap(ph / PSW % PSH, j / QKW % QKH, PSH, PH, GH, TSH, DINVH, KH);
+    tw = phase_tap(ph % PSW, j % QKW, PSW, PW, GW, TSW, DINVW, KW);
     return td >= 0 && th >= 0 && tw >= 0;
 }}
 
 // Where A[batch][gm][gk] of a convolution lies in its input: the element under tap gk of output
 // position gm (im2col, never stored), or -1 in the padding. Transposed: output o takes input
-// i = (o + P - t * D) / S, which divides for the phase's taps.
+// i = (o + P - t * D) / S where that divides (always, for a split phase's taps).
 CA_HD long long conv_a_index(long long batch, int gm, int gk) {{
     const int c = gk / TAPS;
     int img, id, ih, iw;
@@ -561,7 +572,9 @@ CA_HD long long conv_a_index(long long batch, int gm, int gk) {{
         int od, oh, ow, td, th, tw;
         if (!tconv_row(batch, gm, img, od, oh, ow) || !tconv_col(batch, gk, td, th, tw)) return -1;
         group = batch / PHASES;
-        id = (od + PD - td * DD) / SD; ih = (oh + PH - th * DH) / SH; iw = (ow + PW - tw * DW) / SW;   // exact
+        const int nd = od + PD - td * DD, nh = oh + PH - th * DH, nw = ow + PW - tw * DW;
+        if (nd % SD || nh % SH || nw % SW) return -1;
+        id = nd / SD; ih = nh / SH; iw = nw / SW;          // a negative one fails the bounds check below
     }} else {{
         const int pos = gm % OUT_POS, tap = gk % TAPS;
         img = gm / OUT_POS;
@@ -913,8 +926,8 @@ def _conv_constants(p: Product) -> str:
                 f"[CIN, COUT / groups, KD, KH, KW], one product per group and phase\n")
     (id_, ih, iw), (od, oh, ow), (kd, kh, kw) = c.in_size, c.out_size, c.kernel
     (sd, sh, sw), (pd, ph, pw), (dd, dh, dw) = c.stride, c.padding, c.dilation
-    (qod, qoh, qow), (qkd, qkh, qkw), steps = c.phase_out, c.phase_taps, c.tap_step
-    gcds = [math.gcd(d, s) for d, s in zip(c.dilation, c.stride)]
+    (qod, qoh, qow), (qkd, qkh, qkw), steps, (psd, psh, psw) = c.phase_out, c.phase_taps, c.tap_step, c.phase_stride
+    gcds = [math.gcd(d, s) for d, s in zip(c.dilation, c.phase_stride)]
     # The inverse of D / G modulo TS (phase_tap's first tap); 0 where TS is 1 (every tap is the first).
     inverses = [pow(d // g, -1, ts) if ts > 1 else 0 for d, g, ts in zip(c.dilation, gcds, steps)]
     return (head +
@@ -922,7 +935,8 @@ def _conv_constants(p: Product) -> str:
             f"constexpr int SD = {sd}, SH = {sh}, SW = {sw}, PD = {pd}, PH = {ph}, PW = {pw}, DD = {dd}, DH = {dh}, DW = {dw};\n"
             f"constexpr int CIN = {c.cin}, CIN_G = {c.cin // c.groups}, COUT = {c.cout}, COUT_G = {c.cout // c.groups};\n"
             f"// Per product: output positions (a phase's grid QOD x QOH x QOW) and taps (QKD x QKH x QKW).\n"
-            f"constexpr int PHASES = {c.phases}, QOH = {qoh}, QOW = {qow}, OUT_POS = {qod * qoh * qow};\n"
+            f"constexpr int PHASES = {c.phases}, PSD = {psd}, PSH = {psh}, PSW = {psw};   // phases, and their strides\n"
+            f"constexpr int QOH = {qoh}, QOW = {qow}, OUT_POS = {qod * qoh * qow};\n"
             f"constexpr int QKH = {qkh}, QKW = {qkw}, TAPS = {qkd * qkh * qkw};\n"
             f"constexpr int GD = {gcds[0]}, GH = {gcds[1]}, GW = {gcds[2]}, TSD = {steps[0]}, TSH = {steps[1]}, "
             f"TSW = {steps[2]}, DINVD = {inverses[0]}, DINVH = {inverses[1]}, DINVW = {inverses[2]};")
