@@ -82,6 +82,9 @@ MMA_DTYPES = ("float16", "bfloat16")
 # Whether fp16 / bf16 defaults use the tensor cores. Off until a GPU has run the MMA=1 kernel (checked
 # so far on the CPU only, against an emulation written from the PTX ISA): the search reaches it.
 MMA_BY_DEFAULT = False
+# Transposed convolutions phase by phase (ConvGeometry.split_phases); False only to measure the
+# unsplit form against it (bench/tconv_phases.py).
+SPLIT_PHASES = True
 MMA_PAD = 8                        # elements padding each staged row (MMA=1)
 BLOCK_SIMT = "(BM // TM) * (BN // TN)"
 BLOCK_MMA = f"32 * (BM // (16 * TM)) * (BN // (8 * TN)) if MMA else {BLOCK_SIMT}"
@@ -225,7 +228,7 @@ def conv_product(node: Node, graph: Graph) -> Product:
             out[:2] != (geo.images, geo.cout):
         raise CodegenError(f"Task '{graph.task}': a convolution of {list(x)} by {list(w)} (groups {groups}) -> "
                            f"{list(out)} that the conv family does not understand.", task=graph.task, ops=[node.op])
-    if groups * geo.phases > MAX_GRID_YZ:
+    if not SPLIT_PHASES or groups * geo.phases > MAX_GRID_YZ:
         geo = dataclasses.replace(geo, split_phases=False)
     # One product per group (and per output phase of a transposed convolution, geo.phases).
     return Product(groups * geo.phases, geo.images * math.prod(geo.phase_out), geo.cout // groups,
@@ -497,8 +500,8 @@ def lower_matmul(graph: Graph, kernel: str) -> Lowering:
                  f"{'x'.join(map(str, c.kernel))}, stride {list(c.stride)}, padding {list(c.padding)}, dilation "
                  f"{list(c.dilation)} {p.dtype}, as {shape}[{p.m} x {p.k}] @ [{p.k} x {p.n}], {acc}"
                  + (f" ({c.groups} groups x {c.phases} output phases, each with its own taps)" if c.phases > 1 else "")
-                 + (" (output phases not split: groups x phases would pass the grid's z limit; every tap, zeros "
-                    "multiplied)" if c.transposed and not c.split_phases else "")]
+                 + (" (output phases not split: every tap, zeros multiplied)" if c.transposed and not c.split_phases
+                    else "")]
     else:
         notes = [f"matmul: {shape}[{p.m} x {p.k}]{'ᵀ' if p.trans_a else ''} @ [{p.k} x {p.n}]{'ᵀ' if p.trans_b else ''} "
                  f"{p.dtype}, {acc}"]

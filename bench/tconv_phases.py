@@ -1,0 +1,63 @@
+"""Transposed convolutions phase by phase against the unsplit form (every tap, zeros multiplied), on a
+GPU, in one run: each task's default schedule and PREFETCH=1, both forms, against eager and
+torch.compile (bench/sweep.py's sweep_task). Prints one row per program and schedule.
+
+    PYTHONPATH=. python3 bench/tconv_phases.py --out DIR [--tasks PATH ...] [--deadline S]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.sweep import sweep_task  # noqa: E402
+from core.codegen import generate, lower_matmul  # noqa: E402
+from core.evaluation import SupervisorSettings  # noqa: E402
+from core.tasks import load_task  # noqa: E402
+
+TASKS = [ROOT / "resources" / "tasks" / "conv_transpose2d.py", ROOT / "bench" / "tasks" / "conv_transpose3d_kb.py"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--tasks", nargs="*", default=[str(t) for t in TASKS])
+    ap.add_argument("--deadline", type=float, default=240.0)
+    args = ap.parse_args()
+    out = Path(args.out)
+    (out / "projects").mkdir(parents=True, exist_ok=True)
+    stop_at = time.monotonic() + args.deadline
+    rows = []
+    for path in args.tasks:
+        task = load_task(path)
+        for split in (True, False):
+            if time.monotonic() > stop_at:
+                print(f"{task.name} split={split}: not run (deadline)", flush=True)
+                continue
+            lower_matmul.SPLIT_PHASES = split
+            gen = generate(task)
+            default = dict(gen.program.schedule)
+            known = [{k: (1 if k.endswith("PREFETCH") else v) for k, v in default.items()}]
+            row = sweep_task(task, gen, 2, out / "projects", SupervisorSettings(), stop_at, known)
+            row["split_phases"] = split
+            rows.append(row)
+            (out / "tconv_phases.json").write_text(json.dumps(rows, indent=1, default=str))
+            eager, comp = row.get("eager_ms"), row.get("compile_ms")
+            print(f"\n{task.name} {'phases split' if split else 'unsplit (zeros multiplied)'}: eager "
+                  f"{eager and eager * 1e3:.1f} us, compile {comp and comp * 1e3:.1f} us; {gen.notes[0][-120:]}", flush=True)
+            for m in row.get("measured", []):
+                vs = lambda base: f"{base / m['ms']:.2f}x" if base else "-"
+                print(f"  {m['ms'] * 1e3:10.1f} us  vs eager {vs(eager):>6}  vs compile {vs(comp):>6}  {m['schedule']}",
+                      flush=True)
+            for f in row.get("failures", []):
+                print(f"  FAILED {f['status']}: {f['reason'][:300]}  {f['schedule']}", flush=True)
+    lower_matmul.SPLIT_PHASES = True
+
+
+if __name__ == "__main__":
+    main()
