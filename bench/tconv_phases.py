@@ -1,5 +1,5 @@
 """Transposed convolutions phase by phase against the unsplit form (every tap, zeros multiplied), on a
-GPU, in one run: each task's default schedule and PREFETCH=1, both forms, against eager and
+GPU, in one run: each task's default schedule and the same with PREFETCH flipped, both forms, against eager and
 torch.compile (bench/sweep.py's sweep_task). Prints one row per program and schedule.
 
     PYTHONPATH=. python3 bench/tconv_phases.py --out DIR [--tasks PATH ...] [--deadline S]
@@ -42,7 +42,7 @@ def main() -> None:
             lower_matmul.SPLIT_PHASES = split
             gen = generate(task)
             default = dict(gen.program.schedule)
-            known = [{k: (1 if k.endswith("PREFETCH") else v) for k, v in default.items()}]
+            known = [{k: (1 - v if k.endswith("PREFETCH") else v) for k, v in default.items()}]   # PREFETCH flipped
             row = sweep_task(task, gen, 2, out / "projects", SupervisorSettings(), stop_at, known)
             row["split_phases"] = split
             rows.append(row)
