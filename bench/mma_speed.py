@@ -80,15 +80,20 @@ def main() -> None:
         row = sweep_task(task, gen, 1 + len(known), out / "projects", SupervisorSettings(), stop_at, known)
         rows.append(row)
         (out / "mma_speed.json").write_text(json.dumps(rows, indent=1, default=str))
-        eager, comp = row.get("eager_ms"), row.get("compile_ms")
-        print(f"\n{name}: eager {eager and eager * 1e3:.1f} us, compile {comp and comp * 1e3:.1f} us, "
-              f"floor {row.get('floor_ms') and row['floor_ms'] * 1e3:.1f} us", flush=True)
-        for m in row.get("measured", []):
-            vs = lambda base: f"{base / m['ms']:.2f}x" if base else "-"
-            print(f"  {m['ms'] * 1e3:10.1f} us  vs eager {vs(eager):>6}  vs compile {vs(comp):>6}  {short(m['schedule'])}",
-                  flush=True)
-        for f in row.get("failures", []):
-            print(f"  FAILED {f['status']}: {f['reason'][:300]}  {short(f['schedule'])}", flush=True)
+        print_row(name, row)
+
+
+def print_row(title: str, row: dict) -> None:
+    """A sweep_task row: its baselines, then one line per schedule measured or failed."""
+    eager, comp = row.get("eager_ms"), row.get("compile_ms")
+    print(f"\n{title}: eager {eager and eager * 1e3:.1f} us, compile {comp and comp * 1e3:.1f} us, "
+          f"floor {row.get('floor_ms') and row['floor_ms'] * 1e3:.1f} us", flush=True)
+    for m in row.get("measured", []):
+        vs = lambda base: f"{base / m['ms']:.2f}x" if base else "-"
+        print(f"  {m['ms'] * 1e3:10.1f} us  vs eager {vs(eager):>6}  vs compile {vs(comp):>6}  {short(m['schedule'])}",
+              flush=True)
+    for f in row.get("failures", []):
+        print(f"  FAILED {f['status']}: {f['reason'][:300]}  {short(f['schedule'])}", flush=True)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.mma_speed import print_row  # noqa: E402
 from bench.sweep import sweep_task  # noqa: E402
 from core.codegen import generate, lower_matmul  # noqa: E402
 from core.evaluation import SupervisorSettings  # noqa: E402
@@ -47,15 +48,8 @@ def main() -> None:
             row["split_phases"] = split
             rows.append(row)
             (out / "tconv_phases.json").write_text(json.dumps(rows, indent=1, default=str))
-            eager, comp = row.get("eager_ms"), row.get("compile_ms")
-            print(f"\n{task.name} {'phases split' if split else 'unsplit (zeros multiplied)'}: eager "
-                  f"{eager and eager * 1e3:.1f} us, compile {comp and comp * 1e3:.1f} us; {gen.notes[0][-120:]}", flush=True)
-            for m in row.get("measured", []):
-                vs = lambda base: f"{base / m['ms']:.2f}x" if base else "-"
-                print(f"  {m['ms'] * 1e3:10.1f} us  vs eager {vs(eager):>6}  vs compile {vs(comp):>6}  {m['schedule']}",
-                      flush=True)
-            for f in row.get("failures", []):
-                print(f"  FAILED {f['status']}: {f['reason'][:300]}  {f['schedule']}", flush=True)
+            print_row(f"{task.name} {'phases split' if split else 'unsplit (zeros multiplied)'}", row)
+            print(f"  ({gen.notes[0][-120:]})", flush=True)
     lower_matmul.SPLIT_PHASES = True
 
 

@@ -2,14 +2,14 @@
 unsupported graphs give clear errors. (These check the IR, not the generated CUDA.)"""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
 from core.codegen import CodegenError, Ref, capture, generate
 from core.codegen.capture import capture_module
 from core.codegen.interpret import interpret
-from pathlib import Path
-
 from core.tasks import load_task, load_task_from_source
 from tests.test_codegen_cases import HEADER, POINTWISE_TASKS, SYNTHETIC, load, small_inputs
 
