@@ -23,14 +23,20 @@ from core.tasks import load_task  # noqa: E402
 TASKS = ["mm_bf16_rect", "conv_depthwise2d", "mm_square", "fused_swiglu_bf16", "mm_fp16", "fused_linear_gelu_scale",
          "conv_2d", "conv_transpose2d"]
 # Overrides of every product group's knobs (BM, BN, BK, TM, TN, PREFETCH[, MMA]).
-MMA_TILE = {"MMA": 1, "BM": 128, "BN": 128, "BK": 32, "TM": 4, "TN": 4, "PREFETCH": 0}
+MMA_TILE = {"MMA": 1, "BM": 128, "BN": 128, "BK": 32, "TM": 4, "TN": 4, "PREFETCH": 0, "STAGES": 0}
+# The register-staged tile (the default before the cp.async ring), then the ring: its depth, BK = 64,
+# 4 warps of 64 x 64 (TN = 8), a narrower tile. (The twenty-second session's PREFETCH, BK = 16 and
+# smaller-tile variants of MMA_TILE are in docs/performance.md.)
 HALF_VARIANTS = [
     MMA_TILE,
-    {**MMA_TILE, "PREFETCH": 1},
-    {**MMA_TILE, "BK": 16},
-    {**MMA_TILE, "BN": 64, "TN": 2},
-    {**MMA_TILE, "BM": 64, "BN": 64, "TM": 2, "TN": 2},
-    {**MMA_TILE, "TM": 2},
+    {**MMA_TILE, "STAGES": 2},
+    {**MMA_TILE, "STAGES": 3},
+    {**MMA_TILE, "STAGES": 4},
+    {**MMA_TILE, "STAGES": 3, "BK": 64},
+    {**MMA_TILE, "STAGES": 3, "TN": 8},
+    {**MMA_TILE, "STAGES": 4, "TN": 8},
+    {**MMA_TILE, "STAGES": 3, "BK": 64, "TN": 8},
+    {**MMA_TILE, "STAGES": 3, "BN": 64, "TN": 2},
 ]
 FLOAT_VARIANTS = [
     {"PREFETCH": 1},

@@ -891,6 +891,19 @@ static void ca_warp_ldmatrix(unsigned (&r)[4], const unsigned short* row) {
     ca_warp_barrier[w].wait("ldmatrix");
 }
 #define CA_WARP_LDMATRIX ca_warp_ldmatrix
+// ldmatrix...x4.trans: the same addresses; each lane gets, from each matrix i, the elements of column
+// lane / 4 at rows 2 * (lane % 4) and 2 * (lane % 4) + 1.
+static void ca_warp_ldmatrix_trans(unsigned (&r)[4], const unsigned short* row) {
+    const int w = ca_lin / 32, lane = ca_lin % 32;
+    ca_ldm_row[w][lane] = row;
+    ca_warp_barrier[w].wait("ldmatrix.trans");
+    for (int i = 0; i < 4; ++i) {
+        const int rr = 2 * (lane % 4), col = lane / 4;
+        r[i] = (unsigned)ca_ldm_row[w][i * 8 + rr][col] | ((unsigned)ca_ldm_row[w][i * 8 + rr + 1][col] << 16);
+    }
+    ca_warp_barrier[w].wait("ldmatrix.trans");
+}
+#define CA_WARP_LDMATRIX_TRANS ca_warp_ldmatrix_trans
 """
 
 

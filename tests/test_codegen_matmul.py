@@ -218,13 +218,19 @@ def test_tensor_cores_are_a_knob_of_half_products_only():
     half = Product(1, 4096, 4096, 4096, False, False, "bfloat16")
     assert schedule_spec(half).default()["MMA"] == int(lower_matmul.MMA_BY_DEFAULT)
     spec = schedule_spec(half, tensor_cores_first=True)
-    assert spec.default() == {"BM": 128, "BN": 128, "BK": 32, "TM": 4, "TN": 4, "PREFETCH": 0, "MMA": 1}
+    assert spec.default() == {"BM": 128, "BN": 128, "BK": 32, "TM": 4, "TN": 4, "PREFETCH": 0, "MMA": 1, "STAGES": 0}
     assert threads(spec.default()) == 256 and smem_bytes(half, spec.default()) == 256 * 40 * 2
     assert "16 at a time" in spec.why_illegal({**spec.default(), "BK": 8})
     assert "does not divide" in spec.why_illegal({**spec.default(), "BN": 16, "TN": 4})
-    assert "accumulators" in spec.why_illegal({**spec.default(), "TM": 8, "TN": 4})
+    assert spec.legal({**spec.default(), "TM": 8, "TN": 4})          # a 128 x 32 warp tile: 128 accumulators
+    assert "accumulators" in spec.why_illegal({**spec.default(), "TM": 8, "TN": 8})
+    # The cp.async ring: A [M, K] as 128 rows of 32 + 8, B [K, N] as 32 rows of 128 + 8, per stage.
+    assert smem_bytes(half, {**spec.default(), "STAGES": 3}) == 3 * (128 * 40 + 32 * 136) * 2
+    assert "replaces PREFETCH" in spec.why_illegal({**spec.default(), "STAGES": 3, "PREFETCH": 1})
+    assert "MMA=1" in spec.why_illegal({**spec.default(), "STAGES": 3, "MMA": 0})
     for s in spec.enumerate():
-        assert 32 <= threads(s) <= 1024 and smem_bytes(half, s) <= 48 * 1024
+        assert 32 <= threads(s) <= 1024
+        assert smem_bytes(half, s) <= (227 if s["STAGES"] else 48) * 1024
     assert "MMA" not in schedule_spec(Product(1, 4096, 4096, 4096, False, False, "float32")).default()
     # A short K still takes the tensor cores: the k steps past K multiply zeros.
     assert schedule_spec(Product(1, 512, 512, 3, False, False, "float16"), True).default()["MMA"] == 1
@@ -313,6 +319,28 @@ def test_tensor_core_schedules_match_the_model_under_cpu_emulation(monkeypatch):
     cases = [FuzzCase(name, "matmul", CASES[name]) for name in MMA_CASES]
     with tempfile.TemporaryDirectory() as tmp:
         outcomes = run_fuzz(cases, 5, Path(tmp))
+    assert not [o for o in outcomes if o.failures or o.skipped], report(outcomes)[:20000]
+    assert all(o.runs >= 2 for o in outcomes), [(o.case.name, o.runs) for o in outcomes]
+
+
+@pytest.mark.skipif(GXX is None, reason="no host C++ compiler")
+def test_cp_async_ring_schedules_match_the_model_under_cpu_emulation(monkeypatch):
+    """MMA=1 with STAGES 2-4 in every schedule drawn: the ring's layouts (k or rows contiguous), its
+    ldmatrix.trans reads (emulated with the PTX layout), gathered and element-by-element slices."""
+    def ring_only(product):
+        spec = schedule_spec(product, tensor_cores_first=True)
+        spec.knobs = [Knob("MMA", (1,), k.doc) if k.name == "MMA" else
+                      Knob("STAGES", (3, 2, 4), k.doc) if k.name == "STAGES" else k for k in spec.knobs]
+        spec.defaults = {**spec.defaults, "STAGES": 3}
+        return spec
+
+    monkeypatch.setattr(lower_matmul, "schedule_spec", ring_only)
+    for name in MMA_CASES:
+        default = _generated(name).spec.default()
+        assert [v for k, v in default.items() if k.endswith("STAGES")] == [3], (name, default)
+    cases = [FuzzCase(name, "matmul", CASES[name]) for name in MMA_CASES]
+    with tempfile.TemporaryDirectory() as tmp:
+        outcomes = run_fuzz(cases, 6, Path(tmp))
     assert not [o for o in outcomes if o.failures or o.skipped], report(outcomes)[:20000]
     assert all(o.runs >= 2 for o in outcomes), [(o.case.name, o.runs) for o in outcomes]
 

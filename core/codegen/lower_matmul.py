@@ -32,6 +32,12 @@ stores neighbouring outputs. Knobs:
             precision). Slices are staged as stored elements, k fastest, rows padded by 8 elements
             (a warp's fragment reads hit 32 distinct banks), in 16-byte chunks where the operand's
             contiguous dim is a multiple of 8 and the pointers are 16-byte aligned. BK >= 16.
+  STAGES    (MMA=1 only) 0: the above, slices through registers (PREFETCH as for SIMT). 2-4: a ring of
+            STAGES slices in dynamic shared memory, each laid out as its operand lies (the contiguous
+            dim padded by 8), filled by cp.async 16-byte copies STAGES - 1 steps ahead of the multiply
+            (one barrier a step); ldmatrix.trans reads the slices whose rows, not k, are contiguous.
+            Gathered operands (a convolution's A, a transposed one's B) and unaligned ones are loaded
+            element by element into the ring instead.
 fp32 products have no MMA knob: the tensor cores' fp32 input is TF32, which the task's precision
 rules out (DESIGN section 4).
 """
@@ -61,13 +67,16 @@ VIEW_OPS = {"unsqueeze.default", "squeeze.default", "squeeze.dim", "squeeze.dims
             "reshape.default", "_unsafe_view.default", "alias.default"}
 
 TILE_VALUES = (128, 64, 32, 16, 8, 4, 2, 1)     # narrow tiles: skinny products, depthwise convolutions
-BK_VALUES = (8, 16, 32)
+BK_VALUES = (8, 16, 32, 64)
 THREAD_TILE_VALUES = (8, 4, 2, 1)
 MAX_THREADS = 1024
 MIN_THREADS = 32
 MAX_ACCUMULATORS = 64              # TM * TN registers per thread
+MAX_MMA_ACCUMULATORS = 128         # 4 * TM * TN under MMA=1: a 64 x 64 warp tile (4 warps for 128 x 128)
 MAX_PREFETCH = 32                  # registers holding the next slice per thread (PREFETCH=1)
 MAX_STATIC_SHARED = 48 * 1024
+MAX_DYNAMIC_SHARED = 227 * 1024    # a block's shared memory on an H100 / H200 (opted in above 48 KiB)
+STAGE_VALUES = (0, 2, 3, 4)        # MMA=1's cp.async ring (0: staged through registers)
 MAX_GRID_YZ = 65535
 SMS = 132                          # H200
 # The default is the first of these (BM, BN, BK, TM, TN) that is legal and gives every SM a block,
@@ -322,11 +331,23 @@ def threads(s: Mapping[str, int]) -> int:
 
 def smem_bytes(p: Product, s: Mapping[str, int]) -> int:
     """The staged slices of A and B, rows padded (see the kernel): SIMT stages the compute type, MMA the
-    stored 16-bit elements."""
+    stored 16-bit elements; STAGES > 0 a ring of slices laid out as the operands lie (the contiguous
+    dim padded: Ring in the kernel)."""
+    if s.get("STAGES"):
+        a = s["BM"] * s["BK"] + MMA_PAD * (s["BK"] if p.trans_a else s["BM"])
+        b = s["BN"] * s["BK"] + MMA_PAD * (s["BN"] if p.trans_b else s["BK"])
+        return s["STAGES"] * (a + b) * ITEMSIZE[p.dtype]
     if s.get("MMA"):
         return (1 + s.get("PREFETCH", 0)) * (s["BM"] + s["BN"]) * (s["BK"] + MMA_PAD) * ITEMSIZE[p.dtype]
     return (1 + s.get("PREFETCH", 0)) * s["BK"] * (s["BM"] + 1 + s["BN"] + 1) * \
         ITEMSIZE["float64" if p.dtype == "float64" else "float32"]
+
+
+def ring_bytes_expr(p: Product) -> str:
+    """smem_bytes under STAGES > 0 as a launch-plan expression (the ring is dynamic shared memory)."""
+    a = f"BK * (BM + {MMA_PAD})" if p.trans_a else f"BM * (BK + {MMA_PAD})"
+    b = f"BN * (BK + {MMA_PAD})" if p.trans_b else f"BK * (BN + {MMA_PAD})"
+    return f"STAGES * ({a} + {b}) * {ITEMSIZE[p.dtype]} if STAGES else 0"
 
 
 def chunk_lengths(p: Product) -> tuple[int, int]:
@@ -382,12 +403,23 @@ def schedule_spec(p: Product, tensor_cores_first: bool | None = None) -> Schedul
     ]
     if p.dtype in MMA_DTYPES:
         knobs.append(Knob("MMA", (0, 1), "1: tensor cores (mma.sync m16n8k16, fp32 accumulation)"))
+        knobs.append(Knob("STAGES", STAGE_VALUES, "MMA=1: 0 stages slices through registers (PREFETCH); 2-4: a "
+                                                  "ring of that many shared slices filled by cp.async, the next "
+                                                  "STAGES - 1 in flight"))
 
     def prefetch(s: Mapping[str, int]) -> str | None:
         if s["PREFETCH"] and MIN_THREADS <= threads(s) <= MAX_THREADS:
             each = prefetch_registers(p, s)
             if each > MAX_PREFETCH:
                 return f"PREFETCH=1 holds the next slice in {each} registers per thread (at most {MAX_PREFETCH})"
+        return None
+
+    def stages(s: Mapping[str, int]) -> str | None:
+        if s.get("STAGES"):
+            if not s.get("MMA"):
+                return "STAGES feeds the tensor cores (MMA=1); the SIMT kernel stages through registers"
+            if s["PREFETCH"]:
+                return "STAGES > 0 replaces PREFETCH (the ring already loads ahead)"
         return None
 
     def shape(s: Mapping[str, int]) -> str | None:
@@ -405,11 +437,17 @@ def schedule_spec(p: Product, tensor_cores_first: bool | None = None) -> Schedul
         if not MIN_THREADS <= n <= MAX_THREADS:
             return f"a {s['BM']}x{s['BN']} tile of {s['TM']}x{s['TN']} per {'warp' if s.get('MMA') else 'thread'} " \
                    f"needs {n} threads ({MIN_THREADS}-{MAX_THREADS})"
-        if accumulators > MAX_ACCUMULATORS:
-            return f"{accumulators} accumulators per thread (at most {MAX_ACCUMULATORS})"
+        most = MAX_MMA_ACCUMULATORS if s.get("MMA") else MAX_ACCUMULATORS
+        if accumulators > most:
+            return f"{accumulators} accumulators per thread (at most {most})"
         return None
 
     def shared(s: Mapping[str, int]) -> str | None:
+        if s.get("STAGES"):
+            if smem_bytes(p, s) > MAX_DYNAMIC_SHARED:
+                return f"STAGES={s['STAGES']} slices of BK={s['BK']} for a {s['BM']}x{s['BN']} tile take " \
+                       f"{smem_bytes(p, s)} bytes; a block may have {MAX_DYNAMIC_SHARED}"
+            return None
         if smem_bytes(p, s) > MAX_STATIC_SHARED:
             return f"BK={s['BK']} slices of a {s['BM']}x{s['BN']} tile stage {smem_bytes(p, s)} bytes; static " \
                    f"shared memory is {MAX_STATIC_SHARED} bytes per block"
@@ -428,7 +466,7 @@ def schedule_spec(p: Product, tensor_cores_first: bool | None = None) -> Schedul
             return f"{math.ceil(p.m / s['BM'])} row tiles exceed the grid's y limit"
         return None
 
-    spec = ScheduleSpec(knobs, [shape, shared, waste, grid, prefetch])
+    spec = ScheduleSpec(knobs, [stages, shape, shared, waste, grid, prefetch])
     # The default: tensor cores where they apply (when first), the SIMT kernel, else tensor cores; within
     # each, the first preferred tile that is legal and gives every SM a block, else the legal one with
     # the most blocks.
@@ -439,7 +477,8 @@ def schedule_spec(p: Product, tensor_cores_first: bool | None = None) -> Schedul
         kinds.insert(0 if first else 1, (MMA_PREFERENCE, 1))
     chosen = None
     for preference, mma in kinds:
-        legal = [{k.name: {**dict(zip(names, c)), "PREFETCH": 0, "MMA": mma}[k.name] for k in knobs} for c in preference]
+        legal = [{k.name: {**dict(zip(names, c)), "PREFETCH": 0, "MMA": mma, "STAGES": 0}[k.name] for k in knobs}
+                 for c in preference]
         legal = [c for c in legal if spec.legal(c)]
         if legal:
             busy = [c for c in legal if blocks(p, c) >= SMS]
@@ -493,7 +532,8 @@ def lower_matmul(graph: Graph, kernel: str) -> Lowering:
         "buffers": [{"name": o, "shape": [int(d) for d in values[o].shape], "dtype": values[o].dtype}
                     for o in graph.outputs],
         "launches": [{"kernel": kernel, "grid": ["cdiv(%d, BN)" % p.n, "cdiv(%d, BM)" % p.m, str(p.batch)],
-                      "block": [BLOCK_MMA if p.dtype in MMA_DTYPES else BLOCK_SIMT], "shared_bytes": 0,
+                      "block": [BLOCK_MMA if p.dtype in MMA_DTYPES else BLOCK_SIMT],
+                      "shared_bytes": ring_bytes_expr(p) if p.dtype in MMA_DTYPES else 0,
                       "args": args}],
         "outputs": list(graph.outputs),
     }
@@ -529,10 +569,14 @@ def _emit(graph: Graph, g: _Group, kernel: str, extra_c: list[str], out_c: list[
     simt = _emit_simt_body(p, call_args)
     if p.dtype in MMA_DTYPES:
         threads_c = "#if MMA\n" + _emit_mma_helpers(p) + "#else\n" + SIMT_THREADS + "#endif"
-        body = f"#if MMA\n{_emit_mma_body(call_args)}#else\n{simt}#endif\n"
+        body = (f"#if MMA\n#if STAGES\n{_emit_mma_ring_body(call_args)}#else\n{_emit_mma_body(call_args)}#endif\n"
+                f"#else\n{simt}#endif\n")
     else:
         threads_c, body = SIMT_THREADS, simt
     return f"""
+#ifndef CA_DYNAMIC_SMEM
+#define CA_DYNAMIC_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
+#endif
 namespace {ns} {{
 typedef {in_t} in_t;      // a stored operand element
 typedef {acc_t} acc_t;        // accumulation type
@@ -820,6 +864,63 @@ CA_HD void mma_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[
     CA_WARP_MMA(d, a, b, {"true" if kind == "bf16" else "false"});     // the CPU tests' emulation (bf16?)
 #endif
 }}
+// STAGES > 0: 16-byte cp.async copies (global -> shared, past the registers); zeros where `inside` is
+// false (src-size 0 reads nothing). A group per slice; wait_group N: all but the last N groups landed.
+CA_HD void cp_async16(in_t* dst, const in_t* src, bool inside) {{
+#if defined(__CUDA_ARCH__)
+    const unsigned at = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(at), "l"(src), "r"(inside ? 16 : 0));
+#else
+    for (int j = 0; j < 8; ++j) dst[j] = inside ? src[j] : (in_t)0;
+#endif
+}}
+CA_HD void cp_async_commit() {{
+#if defined(__CUDA_ARCH__)
+    asm volatile("cp.async.commit_group;" ::);
+#endif
+}}
+template <int N> CA_HD void cp_async_wait() {{
+#if defined(__CUDA_ARCH__)
+    asm volatile("cp.async.wait_group %0;" :: "n"(N));
+#endif
+}}
+// STAGES > 0: one operand's R x BK slice in a stage of the ring, laid out as it lies in memory: KC
+// (k contiguous) as S[R][BK + PAD], else S[BK][R + PAD] (rows contiguous; ldmatrix.trans reads it).
+// 16-byte chunks along the contiguous dim by cp.async where `vec`, else element by element (GATHER as
+// in Slice) with plain stores, which the barrier before the slice is multiplied makes visible.
+template <int R, bool KC, int V, int GATHER> struct Ring {{
+    static constexpr int LEN = KC ? BK : R, PITCH = LEN + {MMA_PAD}, ELEMS = (KC ? R : BK) * PITCH;
+    static constexpr int CHUNKS = R * BK / V, EACH = (CHUNKS + THREADS - 1) / THREADS;
+    CA_HD static void load(in_t* S, const in_t* __restrict__ x, long long batch, int rows, int K, int r0, int k0, int tid, bool vec) {{
+        #pragma unroll
+        for (int e = 0; e < EACH; ++e) {{
+            const int c = tid + e * THREADS;
+            if (c >= CHUNKS) break;
+            const int line = c / (LEN / V), off = c % (LEN / V) * V;
+            const int gr = r0 + (KC ? line : off), gk = k0 + (KC ? off : line);
+            const long long at = KC ? (long long)gr * K + gk : (long long)gk * rows + gr;
+            in_t* dst = S + line * PITCH + off;
+            if (V > 1 && vec) {{
+                const bool inside = gr < rows && gk < K;       // the whole chunk: its dim % 8 == 0
+                cp_async16(dst, inside ? x + at : x, inside);
+            }} else {{
+                #pragma unroll
+                for (int j = 0; j < V; ++j) {{
+                    in_t v = (in_t)0;
+                    if (KC ? gr < rows && gk + j < K : gr + j < rows && gk < K) {{
+                        if (GATHER) {{
+                            const long long src = GATHER == 1 ? conv_a_index(batch, gr, gk) : tconv_b_index(batch, gr, gk);
+                            if (src >= 0) v = x[src];
+                        }} else {{
+                            v = x[at + j];
+                        }}
+                    }}
+                    dst[j] = v;
+                }}
+            }}
+        }}
+    }}
+}};
 // ldmatrix.x4: lane l gives the address of row l % 8 of 8x8 matrix l / 8 (16 bytes, in shared memory)
 // and receives, for each matrix i, the pair of row l / 4 at columns 2 * (l % 4): one instruction
 // for an A fragment, or for two n8 B fragments.
@@ -830,6 +931,18 @@ CA_HD void ldmatrix_x4(unsigned (&r)[4], const in_t* row) {{
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at));
 #elif defined(CA_WARP_LDMATRIX)
     CA_WARP_LDMATRIX(r, row);       // the CPU tests' emulation
+#endif
+}}
+// ldmatrix.x4.trans: the same addresses; lane l receives, for each matrix i, the elements of column
+// l / 4 at rows 2 * (l % 4) and 2 * (l % 4) + 1 (the transpose's pair): fragments from slices stored
+// with the rows (not k) contiguous.
+CA_HD void ldmatrix_x4_trans(unsigned (&r)[4], const in_t* row) {{
+#if defined(__CUDA_ARCH__)
+    const unsigned at = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {{%0, %1, %2, %3}}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at));
+#elif defined(CA_WARP_LDMATRIX_TRANS)
+    CA_WARP_LDMATRIX_TRANS(r, row);       // the CPU tests' emulation
 #endif
 }}
 """
@@ -909,7 +1022,11 @@ def _emit_mma_body(call_args: str) -> str:
             cur ^= 1;
         }}
     }}
-    // Lane (g, t) holds C rows g and g + 8, columns 2t and 2t + 1 of each m16 x n8 fragment.
+{_mma_store(call_args)}"""
+
+
+def _mma_store(call_args: str) -> str:
+    return f"""    // Lane (g, t) holds C rows g and g + 8, columns 2t and 2t + 1 of each m16 x n8 fragment.
     #pragma unroll
     for (int i = 0; i < TM; ++i)
         #pragma unroll
@@ -922,6 +1039,82 @@ def _emit_mma_body(call_args: str) -> str:
                 if (e >= 0) epilogue(acc[i][j][q], e{call_args});
             }}
 """
+
+
+def _emit_mma_ring_body(call_args: str) -> str:
+    return f"""    // Tensor cores fed by a ring of STAGES shared slices: cp.async fills the slice STAGES - 1 steps
+    // ahead while the warps multiply this one (one barrier a step). Warp (wm, wn) computes rows
+    // wm*16*TM.. and columns wn*8*TN.. of the block's tile.
+    CA_DYNAMIC_SMEM(ca_ring);
+    in_t* const ring = reinterpret_cast<in_t*>(ca_ring);
+    typedef Ring<BM, !TRANS_A, VA, CONV ? 1 : 0> RA;
+    typedef Ring<BN, TRANS_B, VB, TCONV ? 2 : 0> RB;
+    constexpr int STAGE = RA::ELEMS + RB::ELEMS;       // elements of one stage (16-byte multiples)
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int wm = warp / WARPS_N, wn = warp % WARPS_N, g = lane / 4, t = lane % 4;
+    const long long batch = blockIdx.z;
+    const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+    const in_t* a = CONV ? A : A + (A_BATCHED ? batch * (long long)M * K : 0LL);
+    const in_t* b = TCONV ? B : B + (B_BATCHED ? batch * (long long)K * N : 0LL);
+    const bool vec_a = aligned_to<16>(a), vec_b = aligned_to<16>(b);     // else element by element
+    auto load = [&](int slot, int k0) {{
+        RA::load(ring + slot * STAGE, a, batch, M, K, m0, k0, tid, vec_a);
+        RB::load(ring + slot * STAGE + RA::ELEMS, b, batch, N, K, n0, k0, tid, vec_b);
+    }};
+    float acc[TM][TN][4];
+    #pragma unroll
+    for (int i = 0; i < TM; ++i)
+        #pragma unroll
+        for (int j = 0; j < TN; ++j)
+            #pragma unroll
+            for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;
+    auto multiply = [&](int slot) {{
+        const in_t* As = ring + slot * STAGE;
+        const in_t* Bs = As + RA::ELEMS;
+        #pragma unroll
+        for (int kk = 0; kk < BK; kk += 16) {{
+            // A fragment i: matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15,
+            // k 8-15); lane l points at matrix l / 8's line l % 8 (a row of A, or a k where A is [K, M]).
+            unsigned fa[TM][4], fb[(TN + 1) / 2 * 2][2];
+            #pragma unroll
+            for (int i = 0; i < TM; ++i) {{
+                const int m = wm * 16 * TM + i * 16;
+                if (!TRANS_A) ldmatrix_x4(fa[i], As + (m + lane % 16) * RA::PITCH + kk + lane / 16 * 8);
+                else ldmatrix_x4_trans(fa[i], As + (kk + lane / 16 * 8 + lane % 8) * RA::PITCH + m + lane / 8 % 2 * 8);
+            }}
+            // B fragments j and j + 1: matrices (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15,
+            // k 8-15); with TN = 1 the last two read fragment 0's again.
+            #pragma unroll
+            for (int j = 0; j < TN; j += 2) {{
+                const int mi = lane / 8, n = wn * 8 * TN + (j + (TN > 1 ? mi / 2 : 0)) * 8;
+                unsigned r[4];
+                if (TRANS_B) ldmatrix_x4(r, Bs + (n + lane % 8) * RB::PITCH + kk + mi % 2 * 8);
+                else ldmatrix_x4_trans(r, Bs + (kk + mi % 2 * 8 + lane % 8) * RB::PITCH + n);
+                fb[j][0] = r[0]; fb[j][1] = r[1]; fb[j + 1][0] = r[2]; fb[j + 1][1] = r[3];
+            }}
+            #pragma unroll
+            for (int i = 0; i < TM; ++i)
+                #pragma unroll
+                for (int j = 0; j < TN; ++j) mma_16816(acc[i][j], fa[i], fb[j]);
+        }}
+    }};
+    // Slice s goes to slot s % STAGES in commit group s (a group is committed every step, empty ones
+    // too, so that waiting for all but the newest STAGES - 2 means slice kt has landed).
+    const int slices = (K + BK - 1) / BK;
+    #pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {{
+        if (s < slices) load(s, s * BK);
+        cp_async_commit();
+    }}
+    for (int kt = 0; kt < slices; ++kt) {{
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();              // slice kt is everyone's; every warp is done with slot (kt - 1) % STAGES
+        const int next = kt + STAGES - 1;
+        if (next < slices) load(next % STAGES, next * BK);
+        cp_async_commit();
+        multiply(kt % STAGES);
+    }}
+{_mma_store(call_args)}"""
 
 
 def _conv_constants(p: Product) -> str:

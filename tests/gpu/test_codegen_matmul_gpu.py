@@ -53,6 +53,21 @@ def test_tensor_core_schedules_are_correct_on_the_gpu(name, monkeypatch):
     assert not failures, "\n".join(failures)
 
 
+@pytest.mark.parametrize("name", MMA_CASES)
+def test_cp_async_ring_schedules_are_correct_on_the_gpu(name, monkeypatch):
+    """MMA=1 with STAGES > 0 (cp.async into a ring, ldmatrix.trans where rows are contiguous) at sampled
+    schedules: the copies' zero fill, the commit groups' waits and the transposed fragments as the
+    CPU emulation assumes them."""
+    monkeypatch.setattr(lower_matmul, "MMA_BY_DEFAULT", True)
+    task = load_task_from_source(CASES[name], name)
+    gen = generate(task)
+    ring = [s for s in gen.spec.sample(random.Random(name + " ring"), 1000)
+            if all(v for k, v in s.items() if k.endswith("STAGES"))]
+    assert ring, name
+    failures = failures_at(task, gen, ring[:MMA_SAMPLED])
+    assert not failures, "\n".join(failures)
+
+
 @pytest.mark.parametrize("name", ["mm_fp16", "fused_swiglu_bf16"])
 def test_example_half_product_is_correct_with_tensor_cores(name, monkeypatch):
     monkeypatch.setattr(lower_matmul, "MMA_BY_DEFAULT", True)
