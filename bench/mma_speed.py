@@ -22,23 +22,25 @@ from core.tasks import load_task  # noqa: E402
 
 TASKS = ["mm_bf16_rect", "conv_depthwise2d", "mm_square", "fused_swiglu_bf16", "mm_fp16", "fused_linear_gelu_scale",
          "conv_2d", "conv_transpose2d"]
-# Overrides of every product group's knobs (BM, BN, BK, TM, TN, PREFETCH[, MMA]).
-MMA_TILE = {"MMA": 1, "BM": 128, "BN": 128, "BK": 32, "TM": 4, "TN": 4, "PREFETCH": 0, "STAGES": 0}
-# The register-staged tile (the default before the cp.async ring), then the ring: its depth, BK = 64,
-# 4 warps of 64 x 64 (TN = 8), a narrower tile. (The twenty-second session's PREFETCH, BK = 16 and
-# smaller-tile variants of MMA_TILE are in docs/performance.md.)
+# Overrides of every product group's knobs (BM, BN, BK, TM, TN, PREFETCH, GROUP_M[, MMA, STAGES]).
+MMA_TILE = {"MMA": 1, "BM": 128, "BN": 128, "BK": 32, "TM": 4, "TN": 4, "PREFETCH": 0, "STAGES": 0, "GROUP_M": 1}
+# The register-staged tile (the default before the cp.async ring), then the ring with the tiles walked
+# GROUP_M row tiles at a time, BK = 64, deeper rings, 4 warps of 64 x 64 (TN = 8). (The twenty-second
+# session's PREFETCH, BK = 16 and smaller-tile variants of MMA_TILE, and this session's first ring
+# variants, are in docs/performance.md.)
 HALF_VARIANTS = [
     MMA_TILE,
-    {**MMA_TILE, "STAGES": 2},
-    {**MMA_TILE, "STAGES": 3},
-    {**MMA_TILE, "STAGES": 4},
+    {**MMA_TILE, "STAGES": 3, "GROUP_M": 8},
+    {**MMA_TILE, "STAGES": 3, "GROUP_M": 16},
     {**MMA_TILE, "STAGES": 3, "BK": 64},
-    {**MMA_TILE, "STAGES": 3, "TN": 8},
-    {**MMA_TILE, "STAGES": 4, "TN": 8},
-    {**MMA_TILE, "STAGES": 3, "BK": 64, "TN": 8},
-    {**MMA_TILE, "STAGES": 3, "BN": 64, "TN": 2},
+    {**MMA_TILE, "STAGES": 3, "BK": 64, "GROUP_M": 8},
+    {**MMA_TILE, "STAGES": 4, "BK": 64, "GROUP_M": 8},
+    {**MMA_TILE, "STAGES": 4, "GROUP_M": 8},
+    {**MMA_TILE, "STAGES": 3, "BK": 64, "TN": 8, "GROUP_M": 8},
 ]
 FLOAT_VARIANTS = [
+    {"GROUP_M": 8},
+    {"GROUP_M": 16},
     {"PREFETCH": 1},
     {"BK": 16},
     {"BM": 128, "BN": 64, "TM": 8, "TN": 4},

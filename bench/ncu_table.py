@@ -39,6 +39,9 @@ METRICS = [
     ("st short", "smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio", 1),
     ("st lg", "smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio", 1),
     ("st mio", "smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio", 1),
+    ("st wait", "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio", 1),
+    ("tensor %", "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active", 1),
+    ("smem conflicts", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum", 1),
 ]
 
 

@@ -198,42 +198,49 @@ def test_addmm_scales_become_elementwise_ops_after_the_product():
 def test_schedule_space_limits_threads_shared_memory_and_waste():
     spec = schedule_spec(Product(1, 4096, 4096, 4096, False, True, "float32"))
     # PREFETCH on for SIMT tiles at least 16 wide (faster on an H200), off for the narrow ones.
-    assert spec.default() == {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "PREFETCH": 1}
+    assert spec.default() == {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "PREFETCH": 1, "GROUP_M": 1}
     assert schedule_spec(Product(64, 4096, 1, 9, True, True, "float32")).default()["PREFETCH"] == 0
     for s in spec.enumerate():
         assert 32 <= threads(s) <= 1024 and s["TM"] * s["TN"] <= 64
         assert smem_bytes(Product(1, 4096, 4096, 4096, False, True, "float32"), s) <= 48 * 1024
-    assert "threads" in spec.why_illegal({"BM": 128, "BN": 128, "BK": 8, "TM": 1, "TN": 1, "PREFETCH": 0})
-    assert "next slice" in spec.why_illegal({"BM": 64, "BN": 64, "BK": 32, "TM": 8, "TN": 8, "PREFETCH": 1})
-    assert spec.legal({"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "PREFETCH": 1})
+    assert "threads" in spec.why_illegal({"BM": 128, "BN": 128, "BK": 8, "TM": 1, "TN": 1, "PREFETCH": 0, "GROUP_M": 1})
+    assert "next slice" in spec.why_illegal({"BM": 64, "BN": 64, "BK": 32, "TM": 8, "TN": 8, "PREFETCH": 1, "GROUP_M": 1})
+    assert spec.legal({"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "PREFETCH": 1, "GROUP_M": 1})
     small = schedule_spec(Product(1, 16, 20, 8, False, False, "float32"))
     assert small.default()["BM"] <= 16 and "larger than" in small.why_illegal(
-        {"BM": 128, "BN": 32, "BK": 8, "TM": 4, "TN": 4, "PREFETCH": 0})
+        {"BM": 128, "BN": 32, "BK": 8, "TM": 4, "TN": 4, "PREFETCH": 0, "GROUP_M": 1})
     fp64 = Product(1, 4096, 4096, 4096, False, False, "float64")
     assert "shared memory" in schedule_spec(fp64).why_illegal({"BM": 128, "BN": 128, "BK": 32, "TM": 8, "TN": 8,
-                                                                "PREFETCH": 0})
+                                                                "PREFETCH": 0, "GROUP_M": 1})
 
 
 def test_tensor_cores_are_a_knob_of_half_products_only():
     half = Product(1, 4096, 4096, 4096, False, False, "bfloat16")
     assert schedule_spec(half).default()["MMA"] == int(lower_matmul.MMA_BY_DEFAULT)
     spec = schedule_spec(half, tensor_cores_first=True)
-    assert spec.default() == {"BM": 128, "BN": 128, "BK": 32, "TM": 4, "TN": 4, "PREFETCH": 0, "MMA": 1, "STAGES": 0}
-    assert threads(spec.default()) == 256 and smem_bytes(half, spec.default()) == 256 * 40 * 2
+    # Both operands come in 16-byte chunks: the cp.async ring, three slices deep. A [M, K] as 128 rows of
+    # 32 + 8, B [K, N] as 32 rows of 128 + 8, per slice.
+    assert spec.default() == {"BM": 128, "BN": 128, "BK": 32, "TM": 4, "TN": 4, "PREFETCH": 0, "GROUP_M": 1, "MMA": 1,
+                              "STAGES": 3}
+    assert threads(spec.default()) == 256 and smem_bytes(half, spec.default()) == 3 * (128 * 40 + 32 * 136) * 2
+    assert smem_bytes(half, {**spec.default(), "STAGES": 0}) == 256 * 40 * 2
     assert "16 at a time" in spec.why_illegal({**spec.default(), "BK": 8})
     assert "does not divide" in spec.why_illegal({**spec.default(), "BN": 16, "TN": 4})
     assert spec.legal({**spec.default(), "TM": 8, "TN": 4})          # a 128 x 32 warp tile: 128 accumulators
     assert "accumulators" in spec.why_illegal({**spec.default(), "TM": 8, "TN": 8})
-    # The cp.async ring: A [M, K] as 128 rows of 32 + 8, B [K, N] as 32 rows of 128 + 8, per stage.
-    assert smem_bytes(half, {**spec.default(), "STAGES": 3}) == 3 * (128 * 40 + 32 * 136) * 2
     assert "replaces PREFETCH" in spec.why_illegal({**spec.default(), "STAGES": 3, "PREFETCH": 1})
     assert "MMA=1" in spec.why_illegal({**spec.default(), "STAGES": 3, "MMA": 0})
     for s in spec.enumerate():
         assert 32 <= threads(s) <= 1024
         assert smem_bytes(half, s) <= (227 if s["STAGES"] else 48) * 1024
     assert "MMA" not in schedule_spec(Product(1, 4096, 4096, 4096, False, False, "float32")).default()
-    # A short K still takes the tensor cores: the k steps past K multiply zeros.
-    assert schedule_spec(Product(1, 512, 512, 3, False, False, "float16"), True).default()["MMA"] == 1
+    # A short K still takes the tensor cores: the k steps past K multiply zeros. K = 3 is not 16-byte
+    # chunks of A, so the slices go through registers.
+    short_k = schedule_spec(Product(1, 512, 512, 3, False, False, "float16"), True).default()
+    assert short_k["MMA"] == 1 and short_k["STAGES"] == 0
+    assert spec.legal({**spec.default(), "GROUP_M": 16})
+    one_row = schedule_spec(Product(1, 100, 4096, 512, False, False, "float16"), True)
+    assert "one row of" in one_row.why_illegal({**one_row.default(), "BM": 128, "TM": 4, "GROUP_M": 8})
 
 
 def test_a_default_that_fills_the_gpu_is_preferred():
@@ -332,12 +339,17 @@ def test_cp_async_ring_schedules_match_the_model_under_cpu_emulation(monkeypatch
         spec.knobs = [Knob("MMA", (1,), k.doc) if k.name == "MMA" else
                       Knob("STAGES", (3, 2, 4), k.doc) if k.name == "STAGES" else k for k in spec.knobs]
         spec.defaults = {**spec.defaults, "STAGES": 3}
+        if spec.legal({**spec.default(), "GROUP_M": 8}):      # tiles walked 8 row tiles at a time
+            spec.defaults = {**spec.defaults, "GROUP_M": 8}
         return spec
 
     monkeypatch.setattr(lower_matmul, "schedule_spec", ring_only)
+    grouped = 0
     for name in MMA_CASES:
         default = _generated(name).spec.default()
         assert [v for k, v in default.items() if k.endswith("STAGES")] == [3], (name, default)
+        grouped += any(v == 8 for k, v in default.items() if k.endswith("GROUP_M"))
+    assert grouped >= 2
     cases = [FuzzCase(name, "matmul", CASES[name]) for name in MMA_CASES]
     with tempfile.TemporaryDirectory() as tmp:
         outcomes = run_fuzz(cases, 6, Path(tmp))
