@@ -6,7 +6,7 @@ set -uo pipefail
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 { nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader; lscpu | grep -E "Model name|^CPU\(s\)"; } | tee "$OUT/gpu.txt"
-timeout 170 python3 -m pytest -q -m gpu tests/gpu/test_codegen_matmul_gpu.py -k "${RING_TESTS:-ring}" \
+timeout "${RING_TEST_TIMEOUT:-170}" python3 -m pytest -q -m gpu tests/gpu/test_codegen_matmul_gpu.py -k "${RING_TESTS:-ring}" \
     -p no:cacheprovider -p no:logging -rf --durations=5 > "$OUT/ring-tests.log" 2>&1
 echo "ring gpu tests (-k ${RING_TESTS:-ring}): exit $? ($(tail -1 "$OUT/ring-tests.log"))"
 grep -E "^FAILED|Error|mismatch" "$OUT/ring-tests.log" | head -20

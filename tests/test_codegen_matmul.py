@@ -218,12 +218,13 @@ def test_tensor_cores_are_a_knob_of_half_products_only():
     half = Product(1, 4096, 4096, 4096, False, False, "bfloat16")
     assert schedule_spec(half).default()["MMA"] == int(lower_matmul.MMA_BY_DEFAULT)
     spec = schedule_spec(half, tensor_cores_first=True)
-    # Both operands come in 16-byte chunks: the cp.async ring, three slices deep. A [M, K] as 128 rows of
-    # 32 + 8, B [K, N] as 32 rows of 128 + 8, per slice.
-    assert spec.default() == {"BM": 128, "BN": 128, "BK": 32, "TM": 4, "TN": 4, "PREFETCH": 0, "GROUP_M": 1, "MMA": 1,
+    # Both operands come in 16-byte chunks: the cp.async ring, three slices of 64 deep. A [M, K] as 128
+    # rows of 64 + 8, B [K, N] as 64 rows of 128 + 8, per slice.
+    assert spec.default() == {"BM": 128, "BN": 128, "BK": 64, "TM": 4, "TN": 4, "PREFETCH": 0, "GROUP_M": 1, "MMA": 1,
                               "STAGES": 3}
-    assert threads(spec.default()) == 256 and smem_bytes(half, spec.default()) == 3 * (128 * 40 + 32 * 136) * 2
-    assert smem_bytes(half, {**spec.default(), "STAGES": 0}) == 256 * 40 * 2
+    assert threads(spec.default()) == 256 and smem_bytes(half, spec.default()) == 3 * (128 * 72 + 64 * 136) * 2
+    assert smem_bytes(half, {**spec.default(), "STAGES": 0, "BK": 32}) == 256 * 40 * 2
+    assert schedule_spec(Product(1, 4096, 4096, 24, False, False, "float16"), True).default()["BK"] == 32
     assert "16 at a time" in spec.why_illegal({**spec.default(), "BK": 8})
     assert "does not divide" in spec.why_illegal({**spec.default(), "BN": 16, "TN": 4})
     assert spec.legal({**spec.default(), "TM": 8, "TN": 4})          # a 128 x 32 warp tile: 128 accumulators

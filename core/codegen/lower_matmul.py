@@ -80,7 +80,7 @@ MAX_STATIC_SHARED = 48 * 1024
 MAX_DYNAMIC_SHARED = 227 * 1024    # a block's shared memory on an H100 / H200 (opted in above 48 KiB)
 STAGE_VALUES = (0, 2, 3, 4)        # MMA=1's cp.async ring (0: staged through registers)
 GROUP_M_VALUES = (1, 8, 16)        # row tiles walked together (block_origin)
-DEFAULT_STAGES = 3                 # the ring's depth in MMA defaults (fastest or within 2 % at BK=32)
+DEFAULT_STAGES = 3                 # the ring's depth in MMA defaults (fastest or within 2 % of it at BK=32)
 MAX_GRID_YZ = 65535
 SMS = 132                          # H200
 # The default is the first of these (BM, BN, BK, TM, TN) that is legal and gives every SM a block,
@@ -508,6 +508,9 @@ def schedule_spec(p: Product, tensor_cores_first: bool | None = None) -> Schedul
     # staging through registers on three products, H100, 2026-12-06); gathered operands keep registers.
     if chosen.get("MMA") and chunk_lengths(p) == (8, 8) and spec.legal({**chosen, "STAGES": DEFAULT_STAGES}):
         chosen = {**chosen, "STAGES": DEFAULT_STAGES}
+        # Slices of 64 where K allows: half the barriers (faster in 7 of 8 runs of three products).
+        if spec.legal({**chosen, "BK": 64}):
+            chosen = {**chosen, "BK": 64}
     first_values = {k.name: k.values[0] for k in knobs}
     spec.defaults = {k: v for k, v in chosen.items() if v != first_values[k]}
     return spec
@@ -693,7 +696,16 @@ CA_HD long long out_index(long long batch, int gm, int gn, int M, int N) {{
 {epilogue}
 }}  // namespace {ns}
 
-extern "C" __global__ void __launch_bounds__({ns}::THREADS)
+// Under the cp.async ring a 256-thread block is held to 128 registers, two blocks an SM: the ring's
+// default compiles to 124-126 anyway, but BK=64 with GROUP_M=8 took 166 and ran one block an SM,
+// 1.2x slower. Elsewhere no minimum: naming one (even 1) made the register-staged MMA kernel take
+// 138 registers instead of 126 and run 1.8x slower (H100, 2026-12-06).
+extern "C" __global__ void
+#if MMA && STAGES
+__launch_bounds__({ns}::THREADS, {ns}::THREADS <= 256 ? 2 : 1)
+#else
+__launch_bounds__({ns}::THREADS)
+#endif
 {kernel}(const {ns}::in_t* __restrict__ A, const {ns}::in_t* __restrict__ B{extra_params}{out_params}, int M, int N, int K) {{
     using namespace {ns};
 {body}}}
