@@ -362,17 +362,21 @@ def test_exported_product_and_convolution_programs_compile_with_nvcc(nvcc_setup,
     """`cuda-agent export` of a generated product (GELU epilogue), a convolution + pool and a row
     group + reduce program: the .cu with its launcher and PyTorch binding builds with nvcc (no GPU
     needed). Programs of several groups keep each group's kernel in a namespace, which the launcher
-    must name (it did not: every multi-group export failed to build before 2026-12-05)."""
+    must name (it did not: every multi-group export failed to build before 2026-12-05). mm_fp16's
+    default is the tensor cores' cp.async ring: 107 KB of dynamic shared memory, which the launcher
+    must opt in to, and a __launch_bounds__ chosen by the preprocessor."""
     import subprocess
 
     from core.project.export import check_program, nvcc_build_command, render_cu
 
-    for name in ("fused_linear_gelu_scale", "fused_conv_relu_maxpool", "loss_kl_div"):
+    for name in ("fused_linear_gelu_scale", "fused_conv_relu_maxpool", "loss_kl_div", "mm_fp16"):
         task = load_task(TASKS / f"{name}.py")
         program = generate(task).program
         check_program(program, task)
         cu = tmp_path / f"{name}.cu"
         cu.write_text(render_cu(program, task, name=name))
+        if name == "mm_fp16":
+            assert program.schedule["STAGES"] == 3 and "cudaFuncAttributeMaxDynamicSharedMemorySize" in cu.read_text()
         done = subprocess.run(nvcc_build_command(cu, tmp_path / f"{name}.o", [nvcc_setup]),
                               capture_output=True, text=True)
         assert done.returncode == 0, f"{name}.cu does not compile:\n{done.stderr[-4000:]}"
