@@ -504,7 +504,7 @@ def schedule_spec(p: Product, tensor_cores_first: bool | None = None) -> Schedul
     # BN=1 lost 1.3x) nor tensor cores (1.8x slower: the registers it holds).
     if not chosen.get("MMA") and min(chosen["BM"], chosen["BN"]) >= 16 and spec.legal({**chosen, "PREFETCH": 1}):
         chosen = {**chosen, "PREFETCH": 1}
-    # Tensor cores take the cp.async ring where both operands come in 16-byte chunks (2.7-3.0x faster than
+    # Tensor cores take the cp.async ring where both operands come in 16-byte chunks (2.7-3.1x faster than
     # staging through registers on three products, H100, 2026-12-06); gathered operands keep registers.
     if chosen.get("MMA") and chunk_lengths(p) == (8, 8) and spec.legal({**chosen, "STAGES": DEFAULT_STAGES}):
         chosen = {**chosen, "STAGES": DEFAULT_STAGES}
