@@ -840,6 +840,20 @@ constexpr int VA = {va}, VB = {vb};            // elements per staged chunk of A
 // (tconv_b_index), element by element. A thread
 // fetches chunks tid, tid + THREADS, ... into registers, then puts them in the shared tile S[R][SK]
 // (k fastest).
+// Element j of a chunk whose first element is at row gr, k gk (flat index `at` where stored [rows, K]
+// (KC) or [K, rows]): zero outside the matrix; GATHER 1: a convolution's A (conv_a_index), 2: a
+// transposed convolution's B (tconv_b_index), zero where no input element lies under the tap.
+// `live` false: a chunk past the slice's (zero too).
+template <bool KC, int GATHER>
+CA_HD in_t chunk_element(const in_t* __restrict__ x, long long batch, int rows, int K, int gr, int gk, long long at, int j,
+                         bool live = true) {{
+    if (!(live && (KC ? gr < rows && gk + j < K : gr + j < rows && gk < K))) return (in_t)0;
+    if (GATHER) {{
+        const long long src = GATHER == 1 ? conv_a_index(batch, gr, gk) : tconv_b_index(batch, gr, gk);
+        return src >= 0 ? x[src] : (in_t)0;
+    }}
+    return x[at + j];
+}}
 template <int R, bool KC, int V, int GATHER> struct Slice {{
     static constexpr int CHUNKS = R * BK / V, EACH = (CHUNKS + THREADS - 1) / THREADS;
     vec_t<in_t, V> r[EACH];
@@ -861,18 +875,8 @@ template <int R, bool KC, int V, int GATHER> struct Slice {{
                 r[e] = *reinterpret_cast<const vec_t<in_t, V>*>(x + at);    // the contiguous dim % 8 == 0
             }} else {{
                 #pragma unroll
-                for (int j = 0; j < V; ++j) {{
-                    in_t v = (in_t)0;
-                    if (c < CHUNKS && (KC ? gr < rows && gk + j < K : gr + j < rows && gk < K)) {{
-                        if (GATHER) {{
-                            const long long src = GATHER == 1 ? conv_a_index(batch, gr, gk) : tconv_b_index(batch, gr, gk);
-                            if (src >= 0) v = x[src];
-                        }} else {{
-                            v = x[at + j];
-                        }}
-                    }}
-                    r[e].v[j] = v;
-                }}
+                for (int j = 0; j < V; ++j)
+                    r[e].v[j] = chunk_element<KC, GATHER>(x, batch, rows, K, gr, gk, at, j, c < CHUNKS);
             }}
         }}
     }}
@@ -948,18 +952,7 @@ template <int R, bool KC, int V, int GATHER> struct Ring {{
                 cp_async16(dst, inside ? x + at : x, inside);
             }} else {{
                 #pragma unroll
-                for (int j = 0; j < V; ++j) {{
-                    in_t v = (in_t)0;
-                    if (KC ? gr < rows && gk + j < K : gr + j < rows && gk < K) {{
-                        if (GATHER) {{
-                            const long long src = GATHER == 1 ? conv_a_index(batch, gr, gk) : tconv_b_index(batch, gr, gk);
-                            if (src >= 0) v = x[src];
-                        }} else {{
-                            v = x[at + j];
-                        }}
-                    }}
-                    dst[j] = v;
-                }}
+                for (int j = 0; j < V; ++j) dst[j] = chunk_element<KC, GATHER>(x, batch, rows, K, gr, gk, at, j);
             }}
         }}
     }}
@@ -991,11 +984,9 @@ CA_HD void ldmatrix_x4_trans(unsigned (&r)[4], const in_t* row) {{
 """
 
 
-def _emit_mma_body(call_args: str) -> str:
-    return f"""    // Tensor cores: warp (wm, wn) computes rows wm*16*TM.. and columns wn*8*TN.. of the block's tile.
-    alignas(16) __shared__ in_t As[1 + PREFETCH][BM][SK];
-    alignas(16) __shared__ in_t Bs[1 + PREFETCH][BN][SK];
-    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+# Both tensor-core bodies: the thread's warp and lane, the block's tile and its operands; then the
+# accumulators, zeroed.
+MMA_PROLOGUE = """    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int wm = warp / WARPS_N, wn = warp % WARPS_N, g = lane / 4, t = lane % 4;
     const long long batch = blockIdx.z;
     int m0, n0;
@@ -1003,7 +994,22 @@ def _emit_mma_body(call_args: str) -> str:
     const in_t* a = CONV ? A : A + (A_BATCHED ? batch * (long long)M * K : 0LL);
     const in_t* b = TCONV ? B : B + (B_BATCHED ? batch * (long long)K * N : 0LL);
     const bool vec_a = aligned_to<16>(a), vec_b = aligned_to<16>(b);     // else element by element
-    Slice<BM, !TRANS_A, VA, CONV ? 1 : 0> sa;
+"""
+MMA_ZERO_ACC = """    float acc[TM][TN][4];
+    #pragma unroll
+    for (int i = 0; i < TM; ++i)
+        #pragma unroll
+        for (int j = 0; j < TN; ++j)
+            #pragma unroll
+            for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;
+"""
+
+
+def _emit_mma_body(call_args: str) -> str:
+    return f"""    // Tensor cores: warp (wm, wn) computes rows wm*16*TM.. and columns wn*8*TN.. of the block's tile.
+    alignas(16) __shared__ in_t As[1 + PREFETCH][BM][SK];
+    alignas(16) __shared__ in_t Bs[1 + PREFETCH][BN][SK];
+{MMA_PROLOGUE}    Slice<BM, !TRANS_A, VA, CONV ? 1 : 0> sa;
     Slice<BN, TRANS_B, VB, TCONV ? 2 : 0> sb;
     auto fetch = [&](int k0) {{
         sa.fetch(a, batch, M, K, m0, k0, tid, vec_a);
@@ -1013,14 +1019,7 @@ def _emit_mma_body(call_args: str) -> str:
         sa.put(As[buf], tid);
         sb.put(Bs[buf], tid);
     }};
-    float acc[TM][TN][4];
-    #pragma unroll
-    for (int i = 0; i < TM; ++i)
-        #pragma unroll
-        for (int j = 0; j < TN; ++j)
-            #pragma unroll
-            for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;
-    auto multiply = [&](int buf) {{
+{MMA_ZERO_ACC}    auto multiply = [&](int buf) {{
         #pragma unroll
         for (int kk = 0; kk < BK; kk += 16) {{
             // A fragment i: matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15),
@@ -1094,26 +1093,11 @@ def _emit_mma_ring_body(call_args: str) -> str:
     typedef Ring<BM, !TRANS_A, VA, CONV ? 1 : 0> RA;
     typedef Ring<BN, TRANS_B, VB, TCONV ? 2 : 0> RB;
     constexpr int STAGE = RA::ELEMS + RB::ELEMS;       // elements of one stage (16-byte multiples)
-    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    const int wm = warp / WARPS_N, wn = warp % WARPS_N, g = lane / 4, t = lane % 4;
-    const long long batch = blockIdx.z;
-    int m0, n0;
-    block_origin(m0, n0);
-    const in_t* a = CONV ? A : A + (A_BATCHED ? batch * (long long)M * K : 0LL);
-    const in_t* b = TCONV ? B : B + (B_BATCHED ? batch * (long long)K * N : 0LL);
-    const bool vec_a = aligned_to<16>(a), vec_b = aligned_to<16>(b);     // else element by element
-    auto load = [&](int slot, int k0) {{
+{MMA_PROLOGUE}    auto load = [&](int slot, int k0) {{
         RA::load(ring + slot * STAGE, a, batch, M, K, m0, k0, tid, vec_a);
         RB::load(ring + slot * STAGE + RA::ELEMS, b, batch, N, K, n0, k0, tid, vec_b);
     }};
-    float acc[TM][TN][4];
-    #pragma unroll
-    for (int i = 0; i < TM; ++i)
-        #pragma unroll
-        for (int j = 0; j < TN; ++j)
-            #pragma unroll
-            for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;
-    auto multiply = [&](int slot) {{
+{MMA_ZERO_ACC}    auto multiply = [&](int slot) {{
         const in_t* As = ring + slot * STAGE;
         const in_t* Bs = As + RA::ELEMS;
         #pragma unroll
