@@ -35,11 +35,15 @@ HALF_VARIANTS = [
     {**MMA_TILE, "STAGES": 3, "BK": 64},
     {**MMA_TILE, "STAGES": 3, "BK": 64, "GROUP_M": 8},
 ]
+# The SIMT kernel: its fragments read one element at a time (SVEC=1, the default before 2026-12-06), with
+# and without PREFETCH, then vector reads (SVEC=4, the default now) with other slices and tiles. (The
+# twenty-second and twenty-third sessions' GROUP_M and PREFETCH variants are in docs/performance.md.)
 FLOAT_VARIANTS = [
-    {"GROUP_M": 8},
-    {"GROUP_M": 16},
-    {"PREFETCH": 1},
+    {"SVEC": 1},
+    {"SVEC": 1, "PREFETCH": 0},
+    {"PREFETCH": 0},
     {"BK": 16},
+    {"GROUP_M": 8},
     {"BM": 128, "BN": 64, "TM": 8, "TN": 4},
     {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4},
 ]

@@ -197,21 +197,29 @@ def test_addmm_scales_become_elementwise_ops_after_the_product():
 
 def test_schedule_space_limits_threads_shared_memory_and_waste():
     spec = schedule_spec(Product(1, 4096, 4096, 4096, False, True, "float32"))
-    # PREFETCH on for SIMT tiles at least 16 wide (faster on an H200), off for the narrow ones.
-    assert spec.default() == {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "PREFETCH": 1, "GROUP_M": 1}
-    assert schedule_spec(Product(64, 4096, 1, 9, True, True, "float32")).default()["PREFETCH"] == 0
+    # PREFETCH on for SIMT tiles at least 16 wide (faster on an H200), off for the narrow ones. Fragments
+    # read from shared memory 4 at a time (SVEC), the rows padded by 4 to keep the reads aligned.
+    assert spec.default() == {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "PREFETCH": 1, "GROUP_M": 1, "SVEC": 4}
+    assert smem_bytes(Product(1, 4096, 4096, 4096, False, True, "float32"), spec.default()) == 2 * 8 * (128 + 128 + 8) * 4
+    assert smem_bytes(Product(1, 4096, 4096, 4096, False, True, "float32"), {**spec.default(), "SVEC": 1}) == \
+        2 * 8 * (128 + 128 + 2) * 4
+    narrow = schedule_spec(Product(64, 4096, 1, 9, True, True, "float32")).default()
+    assert narrow["PREFETCH"] == 0 and narrow["TM"] == narrow["TN"] == 1 and narrow["SVEC"] == 1
+    assert "several rows or columns" in spec.why_illegal({**spec.default(), "BM": 32, "BN": 32, "TM": 1, "TN": 1,
+                                                          "PREFETCH": 0})
+    assert spec.legal({**spec.default(), "TM": 2, "TN": 1, "BM": 64, "BN": 32, "PREFETCH": 0})  # rows 2 at a time
     for s in spec.enumerate():
         assert 32 <= threads(s) <= 1024 and s["TM"] * s["TN"] <= 64
         assert smem_bytes(Product(1, 4096, 4096, 4096, False, True, "float32"), s) <= 48 * 1024
-    assert "threads" in spec.why_illegal({"BM": 128, "BN": 128, "BK": 8, "TM": 1, "TN": 1, "PREFETCH": 0, "GROUP_M": 1})
-    assert "next slice" in spec.why_illegal({"BM": 64, "BN": 64, "BK": 32, "TM": 8, "TN": 8, "PREFETCH": 1, "GROUP_M": 1})
-    assert spec.legal({"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "PREFETCH": 1, "GROUP_M": 1})
+    assert "threads" in spec.why_illegal({"BM": 128, "BN": 128, "BK": 8, "TM": 1, "TN": 1, "PREFETCH": 0, "GROUP_M": 1, "SVEC": 1})
+    assert "next slice" in spec.why_illegal({"BM": 64, "BN": 64, "BK": 32, "TM": 8, "TN": 8, "PREFETCH": 1, "GROUP_M": 1, "SVEC": 1})
+    assert spec.legal({"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "PREFETCH": 1, "GROUP_M": 1, "SVEC": 1})
     small = schedule_spec(Product(1, 16, 20, 8, False, False, "float32"))
     assert small.default()["BM"] <= 16 and "larger than" in small.why_illegal(
-        {"BM": 128, "BN": 32, "BK": 8, "TM": 4, "TN": 4, "PREFETCH": 0, "GROUP_M": 1})
+        {"BM": 128, "BN": 32, "BK": 8, "TM": 4, "TN": 4, "PREFETCH": 0, "GROUP_M": 1, "SVEC": 1})
     fp64 = Product(1, 4096, 4096, 4096, False, False, "float64")
     assert "shared memory" in schedule_spec(fp64).why_illegal({"BM": 128, "BN": 128, "BK": 32, "TM": 8, "TN": 8,
-                                                                "PREFETCH": 0, "GROUP_M": 1})
+                                                                "PREFETCH": 0, "GROUP_M": 1, "SVEC": 1})
 
 
 def test_tensor_cores_are_a_knob_of_half_products_only():
@@ -220,8 +228,10 @@ def test_tensor_cores_are_a_knob_of_half_products_only():
     spec = schedule_spec(half, tensor_cores_first=True)
     # Both operands come in 16-byte chunks: the cp.async ring, three slices of 64 deep. A [M, K] as 128
     # rows of 64 + 8, B [K, N] as 64 rows of 128 + 8, per slice.
-    assert spec.default() == {"BM": 128, "BN": 128, "BK": 64, "TM": 4, "TN": 4, "PREFETCH": 0, "GROUP_M": 1, "MMA": 1,
-                              "STAGES": 3}
+    assert spec.default() == {"BM": 128, "BN": 128, "BK": 64, "TM": 4, "TN": 4, "PREFETCH": 0, "GROUP_M": 1, "SVEC": 1,
+                              "MMA": 1, "STAGES": 3}
+    assert "ldmatrix" in spec.why_illegal({**spec.default(), "SVEC": 4})
+    assert schedule_spec(half, tensor_cores_first=False).default()["SVEC"] == 4
     assert threads(spec.default()) == 256 and smem_bytes(half, spec.default()) == 3 * (128 * 72 + 64 * 136) * 2
     assert smem_bytes(half, {**spec.default(), "STAGES": 0, "BK": 32}) == 256 * 40 * 2
     assert schedule_spec(Product(1, 4096, 4096, 24, False, False, "float16"), True).default()["BK"] == 32

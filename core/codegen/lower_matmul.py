@@ -80,6 +80,8 @@ MAX_STATIC_SHARED = 48 * 1024
 MAX_DYNAMIC_SHARED = 227 * 1024    # a block's shared memory on an H100 / H200 (opted in above 48 KiB)
 STAGE_VALUES = (0, 2, 3, 4)        # MMA=1's cp.async ring (0: staged through registers)
 GROUP_M_VALUES = (1, 8, 16)        # row tiles walked together (block_origin)
+SVEC_VALUES = (1, 4)               # SIMT: a thread's rows / columns read from shared memory this many at a time
+DEFAULT_SVEC = 4
 DEFAULT_STAGES = 3                 # the ring's depth in MMA defaults (fastest or within 2 % of it at BK=32)
 MAX_GRID_YZ = 65535
 SMS = 132                          # H200
@@ -343,7 +345,8 @@ def smem_bytes(p: Product, s: Mapping[str, int]) -> int:
         return s["STAGES"] * (a + b) * ITEMSIZE[p.dtype]
     if s.get("MMA"):
         return (1 + s.get("PREFETCH", 0)) * (s["BM"] + s["BN"]) * (s["BK"] + MMA_PAD) * ITEMSIZE[p.dtype]
-    return (1 + s.get("PREFETCH", 0)) * s["BK"] * (s["BM"] + 1 + s["BN"] + 1) * \
+    pad = s.get("SVEC", 1) if s.get("SVEC", 1) > 1 else 1
+    return (1 + s.get("PREFETCH", 0)) * s["BK"] * (s["BM"] + s["BN"] + 2 * pad) * \
         ITEMSIZE["float64" if p.dtype == "float64" else "float32"]
 
 
@@ -406,6 +409,8 @@ def schedule_spec(p: Product, tensor_cores_first: bool | None = None) -> Schedul
                                  "one is multiplied"),
         Knob("GROUP_M", GROUP_M_VALUES, "the order of the block tiles: GROUP_M row tiles at a time, column by "
                                         "column (operand panels reused in L2); 1: row by row"),
+        Knob("SVEC", SVEC_VALUES, "SIMT: a thread's rows and columns in groups of up to SVEC consecutive ones, each "
+                                  "group one vector read of shared memory; 1: rows strided across the threads"),
     ]
     if p.dtype in MMA_DTYPES:
         knobs.append(Knob("MMA", (0, 1), "1: tensor cores (mma.sync m16n8k16, fp32 accumulation)"))
@@ -418,6 +423,14 @@ def schedule_spec(p: Product, tensor_cores_first: bool | None = None) -> Schedul
             each = prefetch_registers(p, s)
             if each > MAX_PREFETCH:
                 return f"PREFETCH=1 holds the next slice in {each} registers per thread (at most {MAX_PREFETCH})"
+        return None
+
+    def fragments(s: Mapping[str, int]) -> str | None:
+        if s.get("SVEC", 1) > 1:
+            if s.get("MMA"):
+                return "SVEC reads the SIMT kernel's fragments; tensor cores (MMA=1) read theirs with ldmatrix"
+            if s["TM"] == 1 and s["TN"] == 1:
+                return "SVEC > 1 needs a thread tile of several rows or columns (TM = TN = 1 reads one of each)"
         return None
 
     def stages(s: Mapping[str, int]) -> str | None:
@@ -475,7 +488,7 @@ def schedule_spec(p: Product, tensor_cores_first: bool | None = None) -> Schedul
                    f"{'row' if p.m <= s['BM'] else 'column'} of {s['BM']}x{s['BN']} tiles"
         return None
 
-    spec = ScheduleSpec(knobs, [stages, shape, shared, waste, grid, prefetch])
+    spec = ScheduleSpec(knobs, [stages, fragments, shape, shared, waste, grid, prefetch])
     # The default: tensor cores where they apply (when first), the SIMT kernel, else tensor cores; within
     # each, the first preferred tile that is legal and gives every SM a block, else the legal one with
     # the most blocks.
@@ -486,7 +499,7 @@ def schedule_spec(p: Product, tensor_cores_first: bool | None = None) -> Schedul
         kinds.insert(0 if first else 1, (MMA_PREFERENCE, 1))
     chosen = None
     for preference, mma in kinds:
-        legal = [{k.name: {**dict(zip(names, c)), "PREFETCH": 0, "MMA": mma, "STAGES": 0, "GROUP_M": 1}[k.name]
+        legal = [{k.name: {**dict(zip(names, c)), "PREFETCH": 0, "MMA": mma, "STAGES": 0, "GROUP_M": 1, "SVEC": 1}[k.name]
                   for k in knobs}
                  for c in preference]
         legal = [c for c in legal if spec.legal(c)]
@@ -504,6 +517,9 @@ def schedule_spec(p: Product, tensor_cores_first: bool | None = None) -> Schedul
     # BN=1 lost 1.3x) nor tensor cores (1.8x slower: the registers it holds).
     if not chosen.get("MMA") and min(chosen["BM"], chosen["BN"]) >= 16 and spec.legal({**chosen, "PREFETCH": 1}):
         chosen = {**chosen, "PREFETCH": 1}
+    # SIMT fragments read 4 at a time from shared memory where the thread tile allows.
+    if not chosen.get("MMA") and spec.legal({**chosen, "SVEC": DEFAULT_SVEC}):
+        chosen = {**chosen, "SVEC": DEFAULT_SVEC}
     # Tensor cores take the cp.async ring where both operands come in 16-byte chunks (2.7-3.1x faster than
     # staging through registers on three products, H100, 2026-12-06); gathered operands keep registers.
     if chosen.get("MMA") and chunk_lengths(p) == (8, 8) and spec.legal({**chosen, "STAGES": DEFAULT_STAGES}):
@@ -717,11 +733,19 @@ SIMT_THREADS = "constexpr int TX = BN / TN, TY = BM / TM, THREADS = TX * TY;\n"
 
 def _emit_simt_body(p: Product, call_args: str) -> str:
     load = lambda raw: load_expr(p.dtype, raw)
-    return f"""    // Rows padded by one word: the transposed stores of a slice hit distinct banks. PREFETCH: two
-    // buffers, the next slice loaded into registers while this one is multiplied (one barrier a step).
-    __shared__ acc_t As[1 + PREFETCH][BK][BM + 1];
-    __shared__ acc_t Bs[1 + PREFETCH][BK][BN + 1];
+    return f"""    // A thread's TM rows (TN columns) lie in groups of VA (VB) consecutive ones, TY * VA apart, so
+    // each group is one vector read of shared memory: SVEC=4 reads 4 at a time (a 16-byte LDS.128 for
+    // fp32, a third of SVEC=1's shared-memory wavefronts at 8 x 8), SVEC=1 one (rows TY apart).
+    // Rows padded by one word (SVEC=1) or by SVEC (rows stay aligned for the vector reads): the
+    // transposed stores of a slice hit distinct banks at BK=8. PREFETCH: two buffers, the next slice
+    // loaded into registers while this one is multiplied (one barrier a step).
+    constexpr int VA = SVEC < TM ? SVEC : TM, VB = SVEC < TN ? SVEC : TN, PAD = SVEC > 1 ? SVEC : 1;
+    __shared__ __align__(32) acc_t As[1 + PREFETCH][BK][BM + PAD];
+    __shared__ __align__(32) acc_t Bs[1 + PREFETCH][BK][BN + PAD];
     const int tid = threadIdx.x, tx = tid % TX, ty = tid / TX;
+    // The block-tile row of the thread's i-th row, and column of its j-th column.
+    auto row_of = [&](int i) {{ return i / VA * (TY * VA) + ty * VA + i % VA; }};
+    auto col_of = [&](int j) {{ return j / VB * (TX * VB) + tx * VB + j % VB; }};
     const long long batch = blockIdx.z;
     int m0, n0;
     block_origin(m0, n0);
@@ -769,9 +793,17 @@ def _emit_simt_body(p: Product, call_args: str) -> str:
         for (int kk = 0; kk < BK; ++kk) {{
             acc_t ra[TM], rb[TN];
             #pragma unroll
-            for (int i = 0; i < TM; ++i) ra[i] = As[buf][kk][ty + i * TY];
+            for (int g = 0; g < TM / VA; ++g) {{
+                const vec_t<acc_t, VA> v = *reinterpret_cast<const vec_t<acc_t, VA>*>(&As[buf][kk][row_of(g * VA)]);
+                #pragma unroll
+                for (int e = 0; e < VA; ++e) ra[g * VA + e] = v.v[e];
+            }}
             #pragma unroll
-            for (int j = 0; j < TN; ++j) rb[j] = Bs[buf][kk][tx + j * TX];
+            for (int g = 0; g < TN / VB; ++g) {{
+                const vec_t<acc_t, VB> v = *reinterpret_cast<const vec_t<acc_t, VB>*>(&Bs[buf][kk][col_of(g * VB)]);
+                #pragma unroll
+                for (int e = 0; e < VB; ++e) rb[g * VB + e] = v.v[e];
+            }}
             #pragma unroll
             for (int i = 0; i < TM; ++i)
                 #pragma unroll
@@ -815,10 +847,10 @@ def _emit_simt_body(p: Product, call_args: str) -> str:
     }}
     #pragma unroll
     for (int i = 0; i < TM; ++i) {{
-        const int gm = m0 + ty + i * TY;
+        const int gm = m0 + row_of(i);
         #pragma unroll
         for (int j = 0; j < TN; ++j) {{
-            const int gn = n0 + tx + j * TX;
+            const int gn = n0 + col_of(j);
             const long long e = gm < M && gn < N ? out_index(batch, gm, gn, M, N) : -1;
             if (e >= 0) epilogue(acc[i][j], e{call_args});
         }}

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# One device call for the SIMT kernel's vector fragment reads (SVEC): the matmul family's GPU tests
+# (selected with SVEC_TESTS, a pytest -k expression), then the fp32 products' and convolutions'
+# schedules (SVEC=1 against SVEC=4, tiles and slices) against eager and torch.compile.
+#   OUT=DIR PYTHONPATH=. bash bench/svec_call.sh
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+mkdir -p "$OUT"
+{ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader; lscpu | grep -E "Model name|^CPU\(s\)"; } | tee "$OUT/gpu.txt"
+if [ -n "${SVEC_TESTS:-}" ]; then
+    timeout "${SVEC_TEST_TIMEOUT:-200}" python3 -m pytest -q -m gpu tests/gpu/test_codegen_matmul_gpu.py -k "$SVEC_TESTS" \
+        -p no:cacheprovider -p no:logging -rf --durations=5 > "$OUT/svec-tests.log" 2>&1
+    echo "matmul gpu tests (-k $SVEC_TESTS): exit $? ($(tail -1 "$OUT/svec-tests.log"))"
+    grep -E "^FAILED|Error|mismatch" "$OUT/svec-tests.log" | head -20
+fi
+timeout "$(( ${SVEC_DEADLINE:-300} + 40 ))" python3 bench/mma_speed.py --out "$OUT" --deadline "${SVEC_DEADLINE:-300}" \
+    --tasks ${SVEC_TASKS:-mm_square conv_2d fused_linear_gelu_scale conv_transpose2d} 2>&1 | grep -v "^DEBUG" | tail -70
+rm -rf "$OUT/projects"
