@@ -2,7 +2,7 @@
 then fixed variants (tensor cores or not, PREFETCH, tiles), every one checked and timed by the
 evaluator (bench/sweep.py's sweep_task). Prints one row per schedule and writes OUT/mma_speed.json.
 
-    PYTHONPATH=. python3 bench/mma_speed.py --out DIR [--tasks NAME ...] [--deadline S]
+    PYTHONPATH=. python3 bench/mma_speed.py --out DIR [--tasks NAME ...] [--deadline S] [--variants N]
 """
 from __future__ import annotations
 
@@ -72,6 +72,7 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--tasks", nargs="*", default=TASKS)
     ap.add_argument("--deadline", type=float, default=480.0)
+    ap.add_argument("--variants", type=int, default=None, help="only the first N fixed variants of each task")
     args = ap.parse_args()
     out = Path(args.out)
     (out / "projects").mkdir(parents=True, exist_ok=True)
@@ -85,7 +86,7 @@ def main() -> None:
         gen = generate(task)
         default = gen.program.schedule
         half = any(k.endswith("MMA") for k in default)
-        known = variants(default, HALF_VARIANTS if half else FLOAT_VARIANTS)
+        known = variants(default, HALF_VARIANTS if half else FLOAT_VARIANTS)[:args.variants]
         row = sweep_task(task, gen, 1 + len(known), out / "projects", SupervisorSettings(), stop_at, known)
         rows.append(row)
         (out / "mma_speed.json").write_text(json.dumps(rows, indent=1, default=str))

@@ -13,4 +13,6 @@ grep -E "^FAILED|Error|mismatch" "$OUT/ring-tests.log" | head -20
 timeout 330 python3 bench/mma_speed.py --out "$OUT" --deadline "${RING_DEADLINE:-290}" \
     --tasks ${RING_TASKS:-mm_fp16 mm_bf16_rect fused_swiglu_bf16} 2>&1 | grep -v "^DEBUG" | tail -60
 rm -rf "$OUT/projects"
-[ -n "${RING_NCU:-}" ] && timeout 150 python3 bench/ncu_table.py $RING_NCU 2>&1 | tee "$OUT/ncu.md" | tail -8
+if [ -n "${RING_NCU:-}" ]; then
+    timeout 150 python3 bench/ncu_table.py $RING_NCU 2>&1 | tee "$OUT/ncu.md" | tail -8
+fi
