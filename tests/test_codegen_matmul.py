@@ -79,6 +79,10 @@ CASES = {
     "linear_then_row_mean": _task("return self.fc(x).mean(dim=1)", "[torch.randn(12, 40)]",
                                   "self.fc = nn.Linear(40, 70)", "x"),
     "mm_larger_tiles": _task("return x @ y", "[torch.randn(130, 72), torch.randn(72, 140)]"),
+    # Contiguous dims that are multiples of 4 (K of A, N of B): the SIMT kernel loads 16-byte chunks, and
+    # K = 36 and N = 44 end in a partial slice and tile of whole chunks; then both operands transposed.
+    "mm_chunked_tails": _task("return x @ y", "[torch.randn(33, 36), torch.randn(36, 44)]"),
+    "mm_chunked_transposed": _task("return x.t() @ y.t()", "[torch.randn(36, 20), torch.randn(44, 36)]"),
     # fp16/bf16 with dims that are multiples of 8: MMA=1 stages 16-byte chunks (along k for A and a
     # transposed B, along the rows for a transposed A and a plain B); K and M have tails.
     "mm_fp16_chunks": _task("return x @ y", "[torch.randn(50, 72).half(), torch.randn(72, 40).half()]"),

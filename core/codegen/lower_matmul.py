@@ -365,6 +365,16 @@ def chunk_lengths(p: Product) -> tuple[int, int]:
     return va, vb
 
 
+def simt_chunk_lengths(p: Product) -> tuple[int, int]:
+    """Elements per global load of A and of B in the SIMT kernel: 16 bytes where the operand's
+    contiguous dim is a multiple of that, else 1 (gathered convolution operands: 1). The kernel
+    loads element by element where the slice's side along that dim is not a multiple either."""
+    v = 16 // ITEMSIZE[p.dtype]
+    ca = 1 if p.conv is not None or (p.m if p.trans_a else p.k) % v else v
+    cb = 1 if (p.conv is not None and p.conv.transposed) or (p.k if p.trans_b else p.n) % v else v
+    return ca, cb
+
+
 def prefetch_registers(p: Product, s: Mapping[str, int]) -> int:
     """32-bit registers a thread holds the next slice in (PREFETCH=1)."""
     n = threads(s)
@@ -372,7 +382,10 @@ def prefetch_registers(p: Product, s: Mapping[str, int]) -> int:
         va, vb = chunk_lengths(p)
         return math.ceil(s["BM"] * s["BK"] / va / n) * max(1, va // 2) + \
             math.ceil(s["BN"] * s["BK"] / vb / n) * max(1, vb // 2)
-    return math.ceil(s["BM"] * s["BK"] / n) + math.ceil(s["BK"] * s["BN"] / n)
+    ca, cb = simt_chunk_lengths(p)
+    ga = ca if (s["BM"] if p.trans_a else s["BK"]) % ca == 0 else 1      # as GA, GB in the kernel
+    gb = cb if (s["BK"] if p.trans_b else s["BN"]) % cb == 0 else 1
+    return math.ceil(s["BM"] * s["BK"] / ga / n) * ga + math.ceil(s["BK"] * s["BN"] / gb / n) * gb
 
 
 def blocks(p: Product, s: Mapping[str, int]) -> int:
@@ -616,6 +629,7 @@ typedef {acc_t} acc_t;        // accumulation type
 constexpr bool TRANS_A = {flag(p.trans_a)};      // A stored [K, M] (else [M, K])
 constexpr bool TRANS_B = {flag(p.trans_b)};      // B stored [N, K] (else [K, N])
 constexpr bool A_BATCHED = {flag(p.a_batched)}, B_BATCHED = {flag(p.b_batched)};   // else one matrix for all
+constexpr int CHUNK_A = {simt_chunk_lengths(p)[0]}, CHUNK_B = {simt_chunk_lengths(p)[1]};   // SIMT: elements per global load
 {_conv_constants(p)}
 
 // The block's tile of C (its first row and column). GROUP_M > 1 walks the tiles GROUP_M row tiles at a
@@ -751,10 +765,25 @@ def _emit_simt_body(p: Product, call_args: str) -> str:
     block_origin(m0, n0);
     const in_t* a = A + (A_BATCHED ? batch * (long long)M * K : 0LL);
     const in_t* b = B + (B_BATCHED ? batch * (long long)K * N : 0LL);
-    // Element i of the slice at k0 (zero outside the matrices). Consecutive i run along each
-    // operand's contiguous dim, so consecutive threads load neighbouring elements.
-    auto a_at = [&](int k0, int i) -> acc_t {{
-        const int m = TRANS_A ? i % BM : i / BK, k = TRANS_A ? i / BM : i % BK;
+    // Slices come from global memory in chunks of GA (GB) elements along each operand's contiguous
+    // dim: one 16-byte load where that dim is a multiple of the chunk (CHUNK_A, CHUNK_B) and the
+    // matrix is 16-byte aligned, else element by element (gathered convolution operands: always).
+    constexpr int GA = CHUNK_A > 1 && (TRANS_A ? BM : BK) % CHUNK_A == 0 ? CHUNK_A : 1;
+    constexpr int GB = CHUNK_B > 1 && (TRANS_B ? BK : BN) % CHUNK_B == 0 ? CHUNK_B : 1;
+    constexpr int A_CHUNKS = BM * BK / GA, B_CHUNKS = BK * BN / GB;
+    const bool vec_a = GA > 1 && aligned_to<16>(a), vec_b = GB > 1 && aligned_to<16>(b);
+    // Where chunk c of a slice starts in the tile. Consecutive chunks run along each operand's
+    // contiguous dim, so consecutive threads load neighbouring memory.
+    auto a_where = [&](int c, int& m, int& k) {{
+        if (TRANS_A) {{ m = c % (BM / GA) * GA; k = c / (BM / GA); }}
+        else {{ m = c / (BK / GA); k = c % (BK / GA) * GA; }}
+    }};
+    auto b_where = [&](int c, int& n, int& k) {{
+        if (TRANS_B) {{ n = c / (BK / GB); k = c % (BK / GB) * GB; }}
+        else {{ n = c % (BN / GB) * GB; k = c / (BN / GB); }}
+    }};
+    // Element (m, k) of A's slice at k0 and (k, n) of B's (zero outside the matrices).
+    auto a_at = [&](int k0, int m, int k) -> acc_t {{
         const int gm = m0 + m, gk = k0 + k;
         acc_t v = (acc_t)0;
         if (gm < M && gk < K) {{
@@ -767,8 +796,7 @@ def _emit_simt_body(p: Product, call_args: str) -> str:
         }}
         return v;
     }};
-    auto b_at = [&](int k0, int i) -> acc_t {{
-        const int n = TRANS_B ? i / BK : i % BN, k = TRANS_B ? i % BK : i / BN;
+    auto b_at = [&](int k0, int n, int k) -> acc_t {{
         const int gn = n0 + n, gk = k0 + k;
         if (gn >= N || gk >= K) return (acc_t)0;
         if (TCONV) {{
@@ -777,11 +805,45 @@ def _emit_simt_body(p: Product, call_args: str) -> str:
         }}
         return {load("(TRANS_B ? b[(long long)gn * K + gk] : b[(long long)gk * N + gn])")};
     }};
-    auto put_a = [&](int buf, int i, acc_t v) {{
-        As[buf][TRANS_A ? i / BM : i % BK][TRANS_A ? i % BM : i / BK] = v;
+    // Chunk c of the slice at k0 into v; a whole chunk lies inside the matrix or outside it, since
+    // the contiguous dim is a multiple of the chunk.
+    auto fetch_a = [&](int k0, int c, acc_t (&v)[GA]) {{
+        int m, k;
+        a_where(c, m, k);
+        if (GA > 1 && vec_a && m0 + m < M && k0 + k < K) {{
+            const long long at = TRANS_A ? (long long)(k0 + k) * M + m0 + m : (long long)(m0 + m) * K + k0 + k;
+            const vec_t<in_t, GA> r = *reinterpret_cast<const vec_t<in_t, GA>*>(a + at);
+            #pragma unroll
+            for (int j = 0; j < GA; ++j) v[j] = {load("r.v[j]")};
+        }} else {{
+            #pragma unroll
+            for (int j = 0; j < GA; ++j) v[j] = a_at(k0, TRANS_A ? m + j : m, TRANS_A ? k : k + j);
+        }}
     }};
-    auto put_b = [&](int buf, int i, acc_t v) {{
-        Bs[buf][TRANS_B ? i % BK : i / BN][TRANS_B ? i / BK : i % BN] = v;
+    auto fetch_b = [&](int k0, int c, acc_t (&v)[GB]) {{
+        int n, k;
+        b_where(c, n, k);
+        if (GB > 1 && vec_b && n0 + n < N && k0 + k < K) {{
+            const long long at = TRANS_B ? (long long)(n0 + n) * K + k0 + k : (long long)(k0 + k) * N + n0 + n;
+            const vec_t<in_t, GB> r = *reinterpret_cast<const vec_t<in_t, GB>*>(b + at);
+            #pragma unroll
+            for (int j = 0; j < GB; ++j) v[j] = {load("r.v[j]")};
+        }} else {{
+            #pragma unroll
+            for (int j = 0; j < GB; ++j) v[j] = b_at(k0, TRANS_B ? n : n + j, TRANS_B ? k + j : k);
+        }}
+    }};
+    auto put_a = [&](int buf, int c, const acc_t (&v)[GA]) {{
+        int m, k;
+        a_where(c, m, k);
+        #pragma unroll
+        for (int j = 0; j < GA; ++j) As[buf][TRANS_A ? k : k + j][TRANS_A ? m + j : m] = v[j];
+    }};
+    auto put_b = [&](int buf, int c, const acc_t (&v)[GB]) {{
+        int n, k;
+        b_where(c, n, k);
+        #pragma unroll
+        for (int j = 0; j < GB; ++j) Bs[buf][TRANS_B ? k + j : k][TRANS_B ? n : n + j] = v[j];
     }};
     acc_t acc[TM][TN];
     #pragma unroll
@@ -812,34 +874,34 @@ def _emit_simt_body(p: Product, call_args: str) -> str:
     }};
     if (!PREFETCH) {{
         for (int k0 = 0; k0 < K; k0 += BK) {{
-            for (int i = tid; i < BM * BK; i += THREADS) put_a(0, i, a_at(k0, i));
-            for (int i = tid; i < BK * BN; i += THREADS) put_b(0, i, b_at(k0, i));
+            for (int c = tid; c < A_CHUNKS; c += THREADS) {{ acc_t v[GA]; fetch_a(k0, c, v); put_a(0, c, v); }}
+            for (int c = tid; c < B_CHUNKS; c += THREADS) {{ acc_t v[GB]; fetch_b(k0, c, v); put_b(0, c, v); }}
             __syncthreads();
             multiply(0);
             __syncthreads();
         }}
     }} else {{
-        constexpr int A_EACH = (BM * BK + THREADS - 1) / THREADS, B_EACH = (BK * BN + THREADS - 1) / THREADS;
-        for (int i = tid; i < BM * BK; i += THREADS) put_a(0, i, a_at(0, i));
-        for (int i = tid; i < BK * BN; i += THREADS) put_b(0, i, b_at(0, i));
+        constexpr int A_EACH = (A_CHUNKS + THREADS - 1) / THREADS, B_EACH = (B_CHUNKS + THREADS - 1) / THREADS;
+        for (int c = tid; c < A_CHUNKS; c += THREADS) {{ acc_t v[GA]; fetch_a(0, c, v); put_a(0, c, v); }}
+        for (int c = tid; c < B_CHUNKS; c += THREADS) {{ acc_t v[GB]; fetch_b(0, c, v); put_b(0, c, v); }}
         __syncthreads();
         int cur = 0;
         for (int k0 = 0; k0 < K; k0 += BK) {{
             const bool more = k0 + BK < K;
-            acc_t ra[A_EACH], rb[B_EACH];
+            acc_t ra[A_EACH][GA], rb[B_EACH][GB];
             if (more) {{
                 #pragma unroll
-                for (int r = 0; r < A_EACH; ++r) ra[r] = tid + r * THREADS < BM * BK ? a_at(k0 + BK, tid + r * THREADS) : (acc_t)0;
+                for (int r = 0; r < A_EACH; ++r) if (tid + r * THREADS < A_CHUNKS) fetch_a(k0 + BK, tid + r * THREADS, ra[r]);
                 #pragma unroll
-                for (int r = 0; r < B_EACH; ++r) rb[r] = tid + r * THREADS < BK * BN ? b_at(k0 + BK, tid + r * THREADS) : (acc_t)0;
+                for (int r = 0; r < B_EACH; ++r) if (tid + r * THREADS < B_CHUNKS) fetch_b(k0 + BK, tid + r * THREADS, rb[r]);
             }}
             multiply(cur);
             if (more) {{
                 // The other buffer was last read before the previous step's barrier.
                 #pragma unroll
-                for (int r = 0; r < A_EACH; ++r) if (tid + r * THREADS < BM * BK) put_a(cur ^ 1, tid + r * THREADS, ra[r]);
+                for (int r = 0; r < A_EACH; ++r) if (tid + r * THREADS < A_CHUNKS) put_a(cur ^ 1, tid + r * THREADS, ra[r]);
                 #pragma unroll
-                for (int r = 0; r < B_EACH; ++r) if (tid + r * THREADS < BK * BN) put_b(cur ^ 1, tid + r * THREADS, rb[r]);
+                for (int r = 0; r < B_EACH; ++r) if (tid + r * THREADS < B_CHUNKS) put_b(cur ^ 1, tid + r * THREADS, rb[r]);
             }}
             __syncthreads();
             cur ^= 1;
