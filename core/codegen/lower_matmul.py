@@ -15,13 +15,16 @@ batch of 1) is one matrix for every batch (`torch.matmul` of a batch with one ma
 
 Kernel (SIMT, MMA=0): a block computes a BM x BN tile of C; it walks K in slices of BK,
 staging the slice of A and of B in shared memory (as the compute type, loaded coalesced along
-each operand's contiguous dim, zero outside the matrices), and each of its (BM/TM) x (BN/TN)
-threads accumulates TM x TN products in registers. A thread's rows are ty, ty + BM/TM, ... and its
-columns tx, tx + BN/TN, ...: a warp reads neighbouring shared-memory words (no bank conflicts) and
-stores neighbouring outputs. Knobs:
+each operand's contiguous dim in 16-byte chunks where that dim is a multiple of the chunk and the
+matrix is aligned, else element by element, zero outside the matrices), and each of its
+(BM/TM) x (BN/TN) threads accumulates TM x TN products in registers. Knobs:
   BM, BN    the block's tile of C;
   BK        the K slice staged per step (more work per __syncthreads, more shared memory);
   TM, TN    each thread's micro-tile (registers: TM*TN accumulators);
+  SVEC      1: a thread's rows are ty, ty + BM/TM, ... and its columns tx, tx + BN/TN, ... (one
+            shared-memory read each); 4: they come in groups of up to 4 consecutive ones, each
+            group one vector read (LDS.128 for fp32: a third of the shared-memory wavefronts of 1
+            at 8 x 8). The SIMT default is 4 where the micro-tile is larger than 1 x 1;
   PREFETCH  1: two shared buffers; each thread loads its part of the next slice into registers
             before it multiplies the current one and stores it after (the loads' latency hides
             behind the arithmetic; one barrier per step). 0: load, barrier, multiply, barrier.
@@ -345,7 +348,7 @@ def smem_bytes(p: Product, s: Mapping[str, int]) -> int:
         return s["STAGES"] * (a + b) * ITEMSIZE[p.dtype]
     if s.get("MMA"):
         return (1 + s.get("PREFETCH", 0)) * (s["BM"] + s["BN"]) * (s["BK"] + MMA_PAD) * ITEMSIZE[p.dtype]
-    pad = s.get("SVEC", 1) if s.get("SVEC", 1) > 1 else 1
+    pad = s.get("SVEC", 1)          # each staged row's padding, in elements
     return (1 + s.get("PREFETCH", 0)) * s["BK"] * (s["BM"] + s["BN"] + 2 * pad) * \
         ITEMSIZE["float64" if p.dtype == "float64" else "float32"]
 
@@ -750,12 +753,13 @@ def _emit_simt_body(p: Product, call_args: str) -> str:
     return f"""    // A thread's TM rows (TN columns) lie in groups of VA (VB) consecutive ones, TY * VA apart, so
     // each group is one vector read of shared memory: SVEC=4 reads 4 at a time (a 16-byte LDS.128 for
     // fp32, a third of SVEC=1's shared-memory wavefronts at 8 x 8), SVEC=1 one (rows TY apart).
-    // Rows padded by one word (SVEC=1) or by SVEC (rows stay aligned for the vector reads): the
-    // transposed stores of a slice hit distinct banks at BK=8. PREFETCH: two buffers, the next slice
-    // loaded into registers while this one is multiplied (one barrier a step).
-    constexpr int VA = SVEC < TM ? SVEC : TM, VB = SVEC < TN ? SVEC : TN, PAD = SVEC > 1 ? SVEC : 1;
-    __shared__ __align__(32) acc_t As[1 + PREFETCH][BK][BM + PAD];
-    __shared__ __align__(32) acc_t Bs[1 + PREFETCH][BK][BN + PAD];
+    // Rows padded by SVEC words: 4 keeps them aligned for the vector reads, and a warp's transposing
+    // stores at BK=8 then hit 32 distinct banks (4k + m). (SVEC=1's one word puts them in 11 banks,
+    // k + m: the 50 M conflicts Nsight Compute counted on mm_square.) PREFETCH: two buffers, the next
+    // slice loaded into registers while this one is multiplied (one barrier a step).
+    constexpr int VA = SVEC < TM ? SVEC : TM, VB = SVEC < TN ? SVEC : TN;
+    __shared__ __align__(32) acc_t As[1 + PREFETCH][BK][BM + SVEC];
+    __shared__ __align__(32) acc_t Bs[1 + PREFETCH][BK][BN + SVEC];
     const int tid = threadIdx.x, tx = tid % TX, ty = tid / TX;
     // The block-tile row of the thread's i-th row, and column of its j-th column.
     auto row_of = [&](int i) {{ return i / VA * (TY * VA) + ty * VA + i % VA; }};
