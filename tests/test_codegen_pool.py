@@ -30,11 +30,13 @@ from core.codegen import CodegenError
 from core.codegen.capture import capture, capture_module
 from core.codegen.cuda_emit import PRELUDE
 from core.codegen.interpret import interpret
-from core.codegen.lower_pool import (PoolGeometry, grid3, is_pool, loaded_span, lower_pool, output_size,
-                                     pool_chain, pool_geometry, schedule_spec, span, tile_cols, vec_fits, vec_shift)
+from core.codegen.lower_pool import (PoolGeometry, depthwise_geometry, grid3, is_pool, loaded_span, lower_pool,
+                                     output_size, pool_chain, pool_geometry, schedule_spec, span, tile_cols, vec_fits,
+                                     vec_shift)
+from core.codegen.partition import canonicalize
 from core.program import KernelProgram, LaunchLimits, ScalarArg, TensorInfo
 from core.search.space import ScheduleSpace, env_from_task
-from core.tasks import load_task
+from core.tasks import load_task, load_task_from_source
 from core.toolchain import CompileCache, compile_cuda, nvrtc_info
 
 TASKS_DIR = Path(__file__).resolve().parents[1] / "resources" / "tasks"
@@ -105,7 +107,16 @@ CASES = {
     # A per-channel weight broadcast in the epilogue, and a sigmoid.
     "avg2d_channel_scale": (lambda m, x: torch.sigmoid(F.avg_pool2d(x, 2, 2) * m.scale),
                             _randn((2, 4, 6, 8)), _randn((4, 1, 1), seed=3)),
+    # Depthwise convolutions (groups = channels): windows times the channel's weights, zero padding,
+    # strides, dilation, padding past half the kernel, 1-D to 3-D, fp16 with an epilogue.
+    "dwconv2d_stride_dil": (lambda m, x: F.conv2d(x, m.scale, None, (2, 1), (1, 2), (1, 2), groups=3) + 0.5,
+                            _randn((2, 3, 9, 16)), _randn((3, 1, 3, 3), seed=4)),
+    "dwconv1d_fp16_relu": (lambda m, x: torch.relu(F.conv1d(x, m.scale, None, 1, 2, groups=4)),
+                           _randn((2, 4, 24), torch.float16), _randn((4, 1, 5), torch.float16, seed=5)),
+    "dwconv3d_wide_pad": (lambda m, x: F.conv3d(x, m.scale, None, (1, 2, 2), (2, 1, 3), groups=2),
+                          _randn((1, 2, 5, 6, 8)), _randn((2, 1, 2, 3, 3), seed=6)),
 }
+DEPTHWISE = [name for name in CASES if name.startswith("dwconv")]
 
 # The schedules the host run plays for every case: structural variety, not performance.
 HOST_SCHEDULES = [
@@ -146,6 +157,8 @@ def case(name: str):
         x = _small_task_input(name)
         model, names = task(name).make_model(seed=0, device="cpu"), task(name).input_names
     graph = capture_module(model, [x], name, list(names))
+    if name in DEPTHWISE:       # the conv family's CONV node, which canonicalize makes
+        graph = canonicalize(graph)
     inputs = {names[0]: x, **{k: v.detach() for k, v in model.state_dict().items()}}
     return graph, lower_pool(graph, f"k_{name}"), inputs, model
 
@@ -291,6 +304,27 @@ def test_task_schedules_compile(name, tmp_path_factory):
         # The grid holds exactly the output tiles: (tiles_w, tiles_h, planes * OD).
         assert launch.grid == (-(-ow // tile_cols(schedule)), -(-oh // schedule["ROWS"]), geo.planes * od)
         assert launch.block == (schedule["BLOCK"], 1, 1) and launch.shared_bytes == 0
+
+
+@needs_nvrtc
+def test_the_depthwise_example_task_is_a_window_kernel_and_compiles(tmp_path_factory):
+    """conv_depthwise2d (128 channels, 3x3, padding 1, bias) generates one pooling-family kernel with the
+    bias in its epilogue; its default and sampled schedules compile. A channel multiplier of 2 and a
+    transposed depthwise convolution stay with the conv family."""
+    from core.codegen import generate
+
+    dw = load_task(TASKS_DIR / "conv_depthwise2d.py")
+    gen = generate(dw)
+    assert [g.family for g in gen.groups] == ["pool"] and "depthwise convolution 3x3" in gen.notes[0], gen.notes
+    schedules = [gen.spec.default()] + gen.spec.sample(random.Random(3), 3)
+    _compile_all(gen.program, schedules, CompileCache(tmp_path_factory.getbasetemp() / "pool-cache"))
+    for layer in ("nn.Conv2d(4, 8, 3, groups=4)", "nn.ConvTranspose2d(4, 4, 3, groups=4)"):
+        src = ("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+               f"        super().__init__()\n        self.c = {layer}\n    def forward(self, x):\n"
+               "        return self.c(x)\n\ndef get_inputs():\n    return [torch.randn(2, 4, 10, 10)]\n\n"
+               "def get_init_inputs():\n    return []\n")
+        families = [g.family for g in generate(load_task_from_source(src, "not_depthwise")).groups]
+        assert families == ["conv"], (layer, families)
 
 
 @needs_nvrtc
@@ -449,6 +483,8 @@ def test_host_schedules_cover_the_vector_paths():
 def _geometry(name: str) -> PoolGeometry:
     graph = case(name)[0]
     anchor = next(n for n in graph.nodes if is_pool(n, graph))
+    if name in DEPTHWISE:
+        return depthwise_geometry(name, anchor, graph)
     operand = graph.value(anchor.operands[0].name)
     return pool_geometry(name, anchor, tuple(operand.shape), operand.dtype)
 

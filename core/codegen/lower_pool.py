@@ -1,4 +1,5 @@
-"""The pooling family: one max or average pooling (1-D, 2-D, 3-D) plus a pointwise epilogue.
+"""The pooling family: one max or average pooling (1-D, 2-D, 3-D), or one depthwise convolution, plus a
+pointwise epilogue.
 
 A group is one pooling node (max_pool2d/3d_with_indices, avg_pool2d/3d) with the view nodes
 around it (1-D pools arrive as unsqueeze -> pool2d -> squeeze), the getitems that pick the max
@@ -15,6 +16,12 @@ inside the input or the left padding), max windows skip padding, NaN wins (the l
 window gives the index), ties keep the first maximum, an all -inf window reports its first valid
 position; avg windows divide by divisor_override, or the window clipped to the padded input
 (count_include_pad) or to the input. Math in fp32 (fp64 for fp64 inputs), stored in the dtype.
+
+A depthwise convolution (groups = input channels = output channels, not transposed; the conv
+family's CONV node) is the same window walk with a weighted sum: every plane (image, channel)
+multiplies its windows by that channel's KD x KH x KW weights (kind "conv"; zero padding, any
+stride, padding and dilation). As an implicit product it would be one column per group: each output
+a separate short dot product staged through shared memory.
 
 Schedule: a block computes a tile of ROWS output rows x TW output columns of one plane (and one
 output depth), TW = BLOCK / ROWS * OUT_W. Knobs:
@@ -45,6 +52,7 @@ from core.codegen.cuda_emit import COMPUTE_CTYPE, ITEMSIZE, PRELUDE, STORAGE_CTY
     round_to_storage, store_expr
 from core.codegen.errors import CodegenError
 from core.codegen.graph import Graph, GraphInput, Node, Ref
+from core.codegen.lower_matmul import CONV
 from core.codegen.lower_pointwise import Lowering, emit_epilogue_chain, epilogue_read_problem
 from core.codegen.pointwise_ops import is_pointwise
 from core.codegen.schedule import Knob, ScheduleSpec
@@ -79,8 +87,8 @@ SMS = 132                          # H200
 class PoolGeometry:
     """One pooling op as a 3-D pool over planes: sizes and window per (depth, height, width)."""
 
-    kind: str                            # "max" or "avg"
-    dims: int                            # pooled dims of the op (2 or 3)
+    kind: str                            # "max", "avg" or "conv" (depthwise)
+    dims: int                            # pooled dims of the op (2 or 3; a convolution's 1 to 3)
     dtype: str                           # input (and value output) dtype
     planes: int                          # product of the dims before the pooled ones
     in_size: tuple[int, int, int]        # ID, IH, IW (ID = 1 for 2-D pools)
@@ -92,6 +100,7 @@ class PoolGeometry:
     ceil_mode: bool
     count_include_pad: bool              # avg only
     divisor: int                         # avg divisor_override, 0 = none
+    channels: int = 1                    # conv: the planes' channels (plane % channels picks the weights)
 
     @property
     def out_numel(self) -> int:
@@ -159,8 +168,50 @@ def pool_geometry(task: str, node: Node, in_shape: tuple[int, ...], dtype: str) 
                         padding, dilation, ceil_mode, bool(a.get("count_include_pad", True)), int(divisor))
 
 
+def _spatial(values: Any, dims: int, fill: int) -> tuple[int, int, int]:
+    """A convolution's per-dim attribute (one value for all dims, or one per dim) as (depth, height, width)."""
+    values = [int(v) for v in (values if isinstance(values, (list, tuple)) else [values])]
+    values = values * dims if len(values) == 1 else values
+    return tuple([fill] * (3 - dims) + values)          # type: ignore[return-value]
+
+
+def depthwise_geometry(task: str, node: Node, graph: Graph) -> PoolGeometry:
+    """A depthwise convolution as a pool of kind "conv": raises CodegenError for any other node."""
+    ok = node.op == CONV and len(node.operands) == 2 and all(isinstance(o, Ref) for o in node.operands)
+    x, w = (graph.value(o.name) for o in node.operands) if ok else (None, None)
+    dims = len(x.shape) - 2 if ok else 0
+    groups = int(node.attrs.get("groups", 1))
+    if not ok or node.attrs.get("transposed") or not 1 <= dims <= 3 or x.dtype != w.dtype or \
+            x.dtype not in FLOATS or node.dtype != x.dtype or len(w.shape) != len(x.shape) or \
+            groups != x.shape[1] or tuple(w.shape[:2]) != (groups, 1) or tuple(node.shape[:2]) != (x.shape[0], groups):
+        raise CodegenError(f"Task '{task}': '{node.op}' (node '{node.name}') is not a depthwise convolution "
+                           f"(groups = input channels = output channels, not transposed).", task=task, ops=[node.op])
+    a = node.attrs
+    kernel = _spatial(list(w.shape[2:]), dims, 1)
+    stride, padding = _spatial(a.get("stride", 1), dims, 1), _spatial(a.get("padding", 0), dims, 0)
+    dilation = _spatial(a.get("dilation", 1), dims, 1)
+    in_size = _spatial(list(x.shape[2:]), dims, 1)
+    out = tuple(output_size(*args, False) for args in zip(in_size, kernel, stride, padding, dilation))
+    if out != _spatial(list(node.shape[2:]), dims, 1) or min(stride) < 1 or min(padding) < 0 or min(dilation) < 1:
+        raise CodegenError(f"Task '{task}': a depthwise convolution of {list(x.shape)} by {list(w.shape)} -> "
+                           f"{list(node.shape)} that the pooling family does not understand.", task=task, ops=[node.op])
+    return PoolGeometry("conv", dims, x.dtype, x.shape[0] * groups, in_size, out, kernel, stride, padding, dilation,
+                        False, True, 0, groups)
+
+
+def is_depthwise_conv(node: Node, graph: Graph) -> bool:
+    try:
+        depthwise_geometry(graph.task, node, graph)
+    except CodegenError:
+        return False
+    return True
+
+
 def is_pool(node: Node, graph: Graph) -> bool:
-    """True when this node is a max/avg pooling of a float tensor that the family lowers."""
+    """True when this node is a max/avg pooling of a float tensor, or a depthwise convolution, that the
+    family lowers."""
+    if node.op == CONV:
+        return is_depthwise_conv(node, graph)
     if node.op not in POOL_OPS or not node.operands or not isinstance(node.operands[0], Ref):
         return False
     src = graph.value(node.operands[0].name)
@@ -206,6 +257,7 @@ def pool_chain(anchor: Node, graph: Graph) -> list[str]:
 class _Group:
     anchor: Node
     x: GraphInput                        # the group input the pool reads
+    weight: GraphInput | None            # a depthwise convolution's weights [C, 1, k...]
     geo: PoolGeometry
     role: dict[str, str]                 # node name -> "value" | "index" | "epilogue"
     alias: dict[str, str]                # node name -> the node whose C value it shares
@@ -215,18 +267,24 @@ class _Group:
 
 
 def _fail(graph: Graph, what: str, ops: list[str]) -> CodegenError:
-    return CodegenError(f"Task '{graph.task}': the pooling family lowers one max/avg pooling with the "
-                        f"view nodes around it and a pointwise epilogue on its result; {what}.",
+    return CodegenError(f"Task '{graph.task}': the pooling family lowers one max/avg pooling or depthwise "
+                        f"convolution with the view nodes around it and a pointwise epilogue on its result; {what}.",
                         task=graph.task, ops=ops)
 
 
 def _analyse(graph: Graph) -> _Group:
-    anchors = [n for n in graph.nodes if n.op in POOL_OPS]
+    anchors = [n for n in graph.nodes if n.op in POOL_OPS or is_depthwise_conv(n, graph)]
     if len(anchors) != 1:
         raise _fail(graph, f"this group has {len(anchors)} pooling nodes ({', '.join(graph.ops())})", graph.ops())
     anchor = anchors[0]
-    kind = POOL_OPS[anchor.op][0]
+    kind = "conv" if anchor.op == CONV else POOL_OPS[anchor.op][0]
     inputs = {v.name: v for v in graph.inputs}
+    weight = None
+    if kind == "conv":
+        w = anchor.operands[1]
+        if not isinstance(w, Ref) or w.name not in inputs:
+            raise _fail(graph, "the depthwise convolution's weight is not a group input", [anchor.op])
+        weight = inputs[w.name]
     nodes = {n.name: n for n in graph.nodes}
     # Views from a group input to the pool's operand: the pool reads that input's memory.
     pre: set[str] = set()
@@ -246,14 +304,15 @@ def _analyse(graph: Graph) -> _Group:
     if x.dtype not in FLOATS:
         raise CodegenError(f"Task '{graph.task}': '{anchor.op}' pools '{x.name}' of dtype {x.dtype}; the "
                            f"pooling family supports {', '.join(FLOATS)}.", task=graph.task, ops=[anchor.op])
-    geo = pool_geometry(graph.task, anchor, tuple(operand.shape), x.dtype)
+    geo = depthwise_geometry(graph.task, anchor, graph) if kind == "conv" else \
+        pool_geometry(graph.task, anchor, tuple(operand.shape), x.dtype)
 
     role: dict[str, str] = {}
     alias: dict[str, str] = {}
     epilogue: list[Node] = []
     extra: dict[str, GraphInput] = {}
     reads = {v.name: (v.name, tuple(v.shape)) for v in graph.inputs}
-    if kind == "avg":
+    if kind in ("avg", "conv"):
         role[anchor.name], alias[anchor.name] = "value", anchor.name
     for n in graph.nodes:
         if n is anchor or n.name in pre:
@@ -285,7 +344,7 @@ def _analyse(graph: Graph) -> _Group:
         if o not in role:
             what = "a group input or a view of one" if o in reads else "not an element of the pooled result"
             raise _fail(graph, f"the group output '{o}' is {what}", [anchor.op])
-    return _Group(anchor, x, geo, role, alias, epilogue, list(extra.values()), reads)
+    return _Group(anchor, x, weight, geo, role, alias, epilogue, list(extra.values()), reads)
 
 
 def _check_broadcast(graph: Graph, g: GraphInput, shape: tuple[int, ...], n: Node) -> None:
@@ -450,19 +509,21 @@ def lower_pool(graph: Graph, kernel: str) -> Lowering:
     values.update({n.name: n for n in graph.nodes})
     safe = lambda name: re.sub(r"\W", "_", name)
     x_c = "in_" + safe(g.x.name)
+    w_c = "w_" + safe(g.weight.name) if g.weight is not None else None
     extra_c = [f"in{i}_{safe(v.name)}" for i, v in enumerate(g.extra)]
     out_c = [f"out{i}_{safe(o)}" for i, o in enumerate(graph.outputs)]
     need_index = any(g.role[o] == "index" for o in graph.outputs) or any(
         isinstance(op, Ref) and g.role.get(op.name) == "index" for n in g.epilogue for op in n.operands)
 
-    source = PRELUDE + _emit(graph, g, kernel, extra_c, out_c, x_c, need_index, values)
+    source = PRELUDE + _emit(graph, g, kernel, extra_c, out_c, x_c, w_c, need_index, values)
     od, oh, ow = geo.out_size
     tiles_w = f"cdiv({ow}, BLOCK // ROWS * OUT_W)"
     tiles_h = f"cdiv({oh}, ROWS)"
     depth_planes = geo.planes * od
     grid = [tiles_w, tiles_h, str(depth_planes)] if grid3(geo) else [f"{tiles_w} * {tiles_h} * {depth_planes}"]
     sizes = [*geo.in_size, *geo.out_size]
-    args = [g.x.name] + [v.name for v in g.extra] + list(graph.outputs) + [f"int32({v})" for v in sizes]
+    weights = [g.weight.name] if g.weight is not None else []
+    args = [g.x.name] + weights + [v.name for v in g.extra] + list(graph.outputs) + [f"int32({v})" for v in sizes]
     spec = schedule_spec(geo)
     program = {
         "format": "cuda-agent/program@1", "name": kernel, "source": source,
@@ -480,9 +541,10 @@ def lower_pool(graph: Graph, kernel: str) -> Lowering:
 
 def _describe(anchor: Node, geo: PoolGeometry) -> str:
     own = slice(3 - geo.dims, 3)       # the op's own dims (a 2-D pool has no depth)
-    text = (f"pool: {anchor.op} {'x'.join(map(str, geo.kernel[own]))} window, stride {list(geo.stride[own])}, "
+    what = "depthwise convolution" if geo.kind == "conv" else anchor.op
+    text = (f"pool: {what} {'x'.join(map(str, geo.kernel[own]))} window, stride {list(geo.stride[own])}, "
             f"padding {list(geo.padding[own])}")
-    if geo.kind == "max":
+    if geo.kind in ("max", "conv"):
         text += f", dilation {list(geo.dilation[own])}"
     if geo.ceil_mode:
         text += ", ceil_mode"
@@ -493,7 +555,7 @@ def _describe(anchor: Node, geo: PoolGeometry) -> str:
             f"{'x'.join(map(str, geo.out_size[own]))}")
 
 
-def _emit(graph: Graph, g: _Group, kernel: str, extra_c: list[str], out_c: list[str], x_c: str,
+def _emit(graph: Graph, g: _Group, kernel: str, extra_c: list[str], out_c: list[str], x_c: str, w_c: str | None,
           need_index: bool, values: dict[str, Any]) -> str:
     geo = g.geo
     ns = f"{kernel}_pool"
@@ -511,6 +573,10 @@ def _emit(graph: Graph, g: _Group, kernel: str, extra_c: list[str], out_c: list[
     epilogue = _emit_epilogue(graph, g, extra_c, out_c, values)
     flag = lambda b: "true" if b else "false"
     load_x = lambda raw: load_expr(geo.dtype, raw)
+    # A depthwise convolution's weights: one more pointer (pools have none, and W is null in compute).
+    w_param = ", const in_t* __restrict__ W" if w_c else ""
+    w_kernel_param = f", const {in_t}* __restrict__ {w_c}" if w_c else ""
+    w_none = "" if w_c else "    const in_t* const W = nullptr;           // pools have no weights\n"
     return f"""
 namespace {ns} {{
 typedef {in_t} in_t;      // a stored input element
@@ -522,6 +588,8 @@ constexpr int SD = {sd}, SH = {sh}, SW = {sw};
 constexpr int PD = {pd}, PH = {ph}, PW = {pw};
 constexpr int DD = {dd}, DH = {dh}, DW = {dw};
 constexpr bool IS_MAX = {flag(is_max)};
+constexpr bool IS_CONV = {flag(geo.kind == "conv")};   // a depthwise convolution: windows times weights
+constexpr int CHANNELS = {geo.channels};          // IS_CONV: plane % CHANNELS is the channel
 constexpr bool NEED_INDEX = {flag(need_index)};
 constexpr bool COUNT_PAD = {flag(geo.count_include_pad)};
 constexpr int DIVISOR = {geo.divisor};           // avg divisor_override; 0: none
@@ -638,8 +706,9 @@ CA_HD void load_row(acc_t (&v)[VSPAN], const acc_t* tile, const in_t* __restrict
 }}
 
 // The OUT_W outputs of thread `tid` in tile `t`, epilogue applied and stored.
-CA_HD void compute(const acc_t* tile, const in_t* __restrict__ x{extra_params}{out_params}, const Tile& t, int tid,
-                   int ID, int IH, int IW, int OD, int OH, int OW) {{
+CA_HD void compute(const acc_t* tile, const in_t* __restrict__ x{w_param}{extra_params}{out_params}, const Tile& t,
+                   int tid, int ID, int IH, int IW, int OD, int OH, int OW) {{
+{w_none}
     const int tr = tid / TPR, tc = tid % TPR;
     const int oh = t.oh0 + tr, ow0 = t.ow0 + tc * OUT_W;
     if (oh >= OH || ow0 >= OW) return;
@@ -687,6 +756,13 @@ CA_HD void compute(const acc_t* tile, const in_t* __restrict__ x{extra_params}{o
             if (!PREFETCH)
                 load_row(own, tile, xp, vec, row, c0, IW, (kd * TILE_ROWS + tr * SH + kh * DH) * TILE_COLS + tc * OUT_W * SW);
             const acc_t* v = PREFETCH ? rows[PREFETCH ? kd * KH + kh : 0] : own;   // in bounds of rows[1] when off
+            // IS_CONV: this window row's weights of the plane's channel (the same for the whole block).
+            acc_t wk[KW];
+            if (IS_CONV) {{
+                const long long w0 = (t.plane % CHANNELS * KD + kd) * (long long)(KH * KW) + kh * KW;
+                #pragma unroll
+                for (int k = 0; k < KW; ++k) wk[k] = {load_x("W[w0 + k]")};
+            }}
             #pragma unroll
             for (int j = 0; j < OUT_W; ++j) {{
                 #pragma unroll
@@ -698,6 +774,8 @@ CA_HD void compute(const acc_t* tile, const in_t* __restrict__ x{extra_params}{o
                             acc[j] = val;
                             if (NEED_INDEX) arg[j] = row + c0 + j * SW + k * DW;
                         }}
+                    }} else if (IS_CONV) {{
+                        acc[j] += val * wk[k];
                     }} else {{
                         acc[j] += val;
                     }}
@@ -712,7 +790,7 @@ CA_HD void compute(const acc_t* tile, const in_t* __restrict__ x{extra_params}{o
     #pragma unroll
     for (int j = 0; j < OUT_W; ++j) {{
         result[j] = acc[j];
-        if (!IS_MAX) {{
+        if (!IS_MAX && !IS_CONV) {{
             // PyTorch's divisor: the window clipped to the padded input, or to the input.
             int ds = d0, hs = h0, ws = c0 + j * SW;
             int de = ds + KD < ID + PD ? ds + KD : ID + PD;
@@ -739,7 +817,7 @@ CA_HD void compute(const acc_t* tile, const in_t* __restrict__ x{extra_params}{o
 }}  // namespace {ns}
 
 extern "C" __global__ void __launch_bounds__(BLOCK)
-{kernel}(const {in_t}* __restrict__ {x_c}{extra_params}{out_params},
+{kernel}(const {in_t}* __restrict__ {x_c}{w_kernel_param}{extra_params}{out_params},
         int ID, int IH, int IW, int OD, int OH, int OW)
 {{
     const {ns}::Tile t = {ns}::tile_of(blockIdx.x, blockIdx.y, blockIdx.z, OD, OH, OW);
@@ -750,7 +828,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK)
 #else
     const {ns}::acc_t* tile = nullptr;
 #endif
-    {ns}::compute(tile, {x_c}{extra_args}{out_args}, t, threadIdx.x, ID, IH, IW, OD, OH, OW);
+    {ns}::compute(tile, {x_c}{", " + w_c if w_c else ""}{extra_args}{out_args}, t, threadIdx.x, ID, IH, IW, OD, OH, OW);
 }}
 """
 
