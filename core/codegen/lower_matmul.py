@@ -207,7 +207,8 @@ def product_of(node: Node, graph: Graph) -> Product:
     return Product(batch, m, n, k, ta, tb, node.dtype, a_batched, b_batched)
 
 
-def _spatial3(values: Any, dims: int, fill: int) -> tuple[int, int, int]:
+def spatial3(values: Any, dims: int, fill: int) -> tuple[int, int, int]:
+    """A convolution's per-dim attribute (one value for all dims, or one per dim) as (depth, height, width)."""
     values = [int(v) for v in (values if isinstance(values, (list, tuple)) else [values] * dims)]
     if len(values) == 1 and dims > 1:
         values = values * dims
@@ -230,12 +231,12 @@ def conv_product(node: Node, graph: Graph) -> Product:
     groups = int(node.attrs.get("groups", 1))
     transposed = bool(node.attrs.get("transposed"))
     cout = w[1] * groups if transposed else w[0]
-    geo = ConvGeometry(x[0], x[1], cout, groups, _spatial3(x[2:], dims, 1), _spatial3(out[2:], dims, 1),
-                       _spatial3(w[2:], dims, 1), _spatial3(node.attrs.get("stride", 1), dims, 1),
-                       _spatial3(node.attrs.get("padding", 0), dims, 0), _spatial3(node.attrs.get("dilation", 1), dims, 1),
+    geo = ConvGeometry(x[0], x[1], cout, groups, spatial3(x[2:], dims, 1), spatial3(out[2:], dims, 1),
+                       spatial3(w[2:], dims, 1), spatial3(node.attrs.get("stride", 1), dims, 1),
+                       spatial3(node.attrs.get("padding", 0), dims, 0), spatial3(node.attrs.get("dilation", 1), dims, 1),
                        transposed)
     if transposed:
-        extra = _spatial3(node.attrs.get("output_padding") or 0, dims, 0)
+        extra = spatial3(node.attrs.get("output_padding") or 0, dims, 0)
         expected = tuple((i - 1) * s - 2 * p + d * (k - 1) + e + 1 for i, p, d, k, s, e in
                          zip(geo.in_size, geo.padding, geo.dilation, geo.kernel, geo.stride, extra))
         weight_ok = w[0] == geo.cin

@@ -52,7 +52,7 @@ from core.codegen.cuda_emit import COMPUTE_CTYPE, ITEMSIZE, PRELUDE, STORAGE_CTY
     round_to_storage, store_expr
 from core.codegen.errors import CodegenError
 from core.codegen.graph import Graph, GraphInput, Node, Ref
-from core.codegen.lower_matmul import CONV
+from core.codegen.lower_matmul import CONV, spatial3
 from core.codegen.lower_pointwise import Lowering, emit_epilogue_chain, epilogue_read_problem
 from core.codegen.pointwise_ops import is_pointwise
 from core.codegen.schedule import Knob, ScheduleSpec
@@ -168,13 +168,6 @@ def pool_geometry(task: str, node: Node, in_shape: tuple[int, ...], dtype: str) 
                         padding, dilation, ceil_mode, bool(a.get("count_include_pad", True)), int(divisor))
 
 
-def _spatial(values: Any, dims: int, fill: int) -> tuple[int, int, int]:
-    """A convolution's per-dim attribute (one value for all dims, or one per dim) as (depth, height, width)."""
-    values = [int(v) for v in (values if isinstance(values, (list, tuple)) else [values])]
-    values = values * dims if len(values) == 1 else values
-    return tuple([fill] * (3 - dims) + values)          # type: ignore[return-value]
-
-
 def depthwise_geometry(task: str, node: Node, graph: Graph) -> PoolGeometry:
     """A depthwise convolution as a pool of kind "conv": raises CodegenError for any other node."""
     ok = node.op == CONV and len(node.operands) == 2 and all(isinstance(o, Ref) for o in node.operands)
@@ -187,12 +180,12 @@ def depthwise_geometry(task: str, node: Node, graph: Graph) -> PoolGeometry:
         raise CodegenError(f"Task '{task}': '{node.op}' (node '{node.name}') is not a depthwise convolution "
                            f"(groups = input channels = output channels, not transposed).", task=task, ops=[node.op])
     a = node.attrs
-    kernel = _spatial(list(w.shape[2:]), dims, 1)
-    stride, padding = _spatial(a.get("stride", 1), dims, 1), _spatial(a.get("padding", 0), dims, 0)
-    dilation = _spatial(a.get("dilation", 1), dims, 1)
-    in_size = _spatial(list(x.shape[2:]), dims, 1)
+    kernel = spatial3(list(w.shape[2:]), dims, 1)
+    stride, padding = spatial3(a.get("stride", 1), dims, 1), spatial3(a.get("padding", 0), dims, 0)
+    dilation = spatial3(a.get("dilation", 1), dims, 1)
+    in_size = spatial3(list(x.shape[2:]), dims, 1)
     out = tuple(output_size(*args, False) for args in zip(in_size, kernel, stride, padding, dilation))
-    if out != _spatial(list(node.shape[2:]), dims, 1) or min(stride) < 1 or min(padding) < 0 or min(dilation) < 1:
+    if out != spatial3(list(node.shape[2:]), dims, 1) or min(stride) < 1 or min(padding) < 0 or min(dilation) < 1:
         raise CodegenError(f"Task '{task}': a depthwise convolution of {list(x.shape)} by {list(w.shape)} -> "
                            f"{list(node.shape)} that the pooling family does not understand.", task=task, ops=[node.op])
     return PoolGeometry("conv", dims, x.dtype, x.shape[0] * groups, in_size, out, kernel, stride, padding, dilation,
