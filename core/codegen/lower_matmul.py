@@ -362,21 +362,14 @@ def ring_bytes_expr(p: Product) -> str:
 
 
 def chunk_lengths(p: Product) -> tuple[int, int]:
-    """Elements per staged chunk of A and of B under MMA=1: 8 (one 16-byte load) where the operand's
-    contiguous dim is a multiple of 8, else 1; a convolution's A is gathered element by element."""
-    va = 1 if p.conv is not None or (p.m if p.trans_a else p.k) % 8 else 8
-    vb = 1 if (p.conv is not None and p.conv.transposed) or (p.k if p.trans_b else p.n) % 8 else 8
-    return va, vb
-
-
-def simt_chunk_lengths(p: Product) -> tuple[int, int]:
-    """Elements per global load of A and of B in the SIMT kernel: 16 bytes where the operand's
-    contiguous dim is a multiple of that, else 1 (gathered convolution operands: 1). The kernel
-    loads element by element where the slice's side along that dim is not a multiple either."""
+    """Elements per global load of A and of B: 16 bytes (8 elements for MMA=1's 16-bit dtypes, 4 fp32,
+    2 fp64) where the operand's contiguous dim is a multiple of that, else 1; a convolution's gathered
+    input (and a transposed one's weight) element by element. The SIMT kernel also loads element by
+    element where the slice's side along that dim is not a multiple (GA, GB)."""
     v = 16 // ITEMSIZE[p.dtype]
-    ca = 1 if p.conv is not None or (p.m if p.trans_a else p.k) % v else v
-    cb = 1 if (p.conv is not None and p.conv.transposed) or (p.k if p.trans_b else p.n) % v else v
-    return ca, cb
+    va = 1 if p.conv is not None or (p.m if p.trans_a else p.k) % v else v
+    vb = 1 if (p.conv is not None and p.conv.transposed) or (p.k if p.trans_b else p.n) % v else v
+    return va, vb
 
 
 def prefetch_registers(p: Product, s: Mapping[str, int]) -> int:
@@ -386,7 +379,7 @@ def prefetch_registers(p: Product, s: Mapping[str, int]) -> int:
         va, vb = chunk_lengths(p)
         return math.ceil(s["BM"] * s["BK"] / va / n) * max(1, va // 2) + \
             math.ceil(s["BN"] * s["BK"] / vb / n) * max(1, vb // 2)
-    ca, cb = simt_chunk_lengths(p)
+    ca, cb = chunk_lengths(p)
     ga = ca if (s["BM"] if p.trans_a else s["BK"]) % ca == 0 else 1      # as GA, GB in the kernel
     gb = cb if (s["BK"] if p.trans_b else s["BN"]) % cb == 0 else 1
     return math.ceil(s["BM"] * s["BK"] / ga / n) * ga + math.ceil(s["BK"] * s["BN"] / gb / n) * gb
@@ -617,6 +610,7 @@ def _emit(graph: Graph, g: _Group, kernel: str, extra_c: list[str], out_c: list[
     call_args = "".join(f", {c}" for c in extra_c + out_c)
     epilogue = _emit_epilogue(graph, g, extra_c, out_c, values)
     simt = _emit_simt_body(p, call_args)
+    chunks = chunk_lengths(p)
     if p.dtype in MMA_DTYPES:
         threads_c = "#if MMA\n" + _emit_mma_helpers(p) + "#else\n" + SIMT_THREADS + "#endif"
         body = (f"#if MMA\n#if STAGES\n{_emit_mma_ring_body(call_args)}#else\n{_emit_mma_body(call_args)}#endif\n"
@@ -633,7 +627,7 @@ typedef {acc_t} acc_t;        // accumulation type
 constexpr bool TRANS_A = {flag(p.trans_a)};      // A stored [K, M] (else [M, K])
 constexpr bool TRANS_B = {flag(p.trans_b)};      // B stored [N, K] (else [K, N])
 constexpr bool A_BATCHED = {flag(p.a_batched)}, B_BATCHED = {flag(p.b_batched)};   // else one matrix for all
-constexpr int CHUNK_A = {simt_chunk_lengths(p)[0]}, CHUNK_B = {simt_chunk_lengths(p)[1]};   // SIMT: elements per global load
+constexpr int CHUNK_A = {chunks[0]}, CHUNK_B = {chunks[1]};   // SIMT: elements per global load
 {_conv_constants(p)}
 
 // The block's tile of C (its first row and column). GROUP_M > 1 walks the tiles GROUP_M row tiles at a
