@@ -2,7 +2,7 @@
 then fixed variants (tensor cores or not, PREFETCH, tiles), every one checked and timed by the
 evaluator (bench/sweep.py's sweep_task). Prints one row per schedule and writes OUT/mma_speed.json.
 
-    PYTHONPATH=. python3 bench/mma_speed.py --out DIR [--tasks NAME ...] [--deadline S] [--variants N]
+    PYTHONPATH=. python3 bench/mma_speed.py --out DIR [--tasks NAME ...] [--deadline S] [--variants N] [--sampled N]
 """
 from __future__ import annotations
 
@@ -47,6 +47,8 @@ FLOAT_VARIANTS = [
     {"BM": 128, "BN": 64, "TM": 8, "TN": 4},
     {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4},
 ]
+# OCC=1 (registers held to two 256-thread blocks an SM), with both fragment reads.
+OCC_VARIANTS = [{"OCC": 1}, {"SVEC": 1}, {"SVEC": 1, "OCC": 1}]
 
 
 def variants(default: dict, overrides: list[dict]) -> list[dict]:
@@ -73,6 +75,9 @@ def main() -> None:
     ap.add_argument("--tasks", nargs="*", default=TASKS)
     ap.add_argument("--deadline", type=float, default=480.0)
     ap.add_argument("--variants", type=int, default=None, help="only the first N fixed variants of each task")
+    ap.add_argument("--occ", action="store_true", help="the OCC variants instead of the fixed ones")
+    ap.add_argument("--sampled", type=int, default=6,
+                    help="random legal schedules for a task with no product knobs (the pool family's depthwise convs)")
     args = ap.parse_args()
     out = Path(args.out)
     (out / "projects").mkdir(parents=True, exist_ok=True)
@@ -86,8 +91,10 @@ def main() -> None:
         gen = generate(task)
         default = gen.program.schedule
         half = any(k.endswith("MMA") for k in default)
-        known = variants(default, HALF_VARIANTS if half else FLOAT_VARIANTS)[:args.variants]
-        row = sweep_task(task, gen, 1 + len(known), out / "projects", SupervisorSettings(), stop_at, known)
+        fixed = OCC_VARIANTS if args.occ else HALF_VARIANTS if half else FLOAT_VARIANTS
+        known = variants(default, fixed)[:args.variants]
+        evals = 1 + (len(known) or args.sampled)
+        row = sweep_task(task, gen, evals, out / "projects", SupervisorSettings(), stop_at, known)
         rows.append(row)
         (out / "mma_speed.json").write_text(json.dumps(rows, indent=1, default=str))
         print_row(name, row)

@@ -205,8 +205,11 @@ def test_addmm_scales_become_elementwise_ops_after_the_product():
 def test_schedule_space_limits_threads_shared_memory_and_waste():
     spec = schedule_spec(Product(1, 4096, 4096, 4096, False, True, "float32"))
     # PREFETCH on for SIMT tiles at least 16 wide (faster on an H200), off for the narrow ones. Fragments
-    # read from shared memory 4 at a time (SVEC), the rows padded by 4 to keep the reads aligned.
-    assert spec.default() == {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "PREFETCH": 1, "GROUP_M": 1, "SVEC": 4}
+    # read from shared memory 4 at a time (SVEC), the rows padded by 4 to keep the reads aligned. An 8 x 8
+    # thread tile of 256 threads held to two blocks an SM (OCC), a smaller one not.
+    assert spec.default() == {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "PREFETCH": 1, "GROUP_M": 1, "SVEC": 4,
+                              "OCC": 1}
+    assert schedule_spec(Product(1, 4096, 32, 4096, False, True, "float32")).default()["OCC"] == 0
     assert smem_bytes(Product(1, 4096, 4096, 4096, False, True, "float32"), spec.default()) == 2 * 8 * (128 + 128 + 8) * 4
     assert smem_bytes(Product(1, 4096, 4096, 4096, False, True, "float32"), {**spec.default(), "SVEC": 1}) == \
         2 * 8 * (128 + 128 + 2) * 4
@@ -218,15 +221,15 @@ def test_schedule_space_limits_threads_shared_memory_and_waste():
     for s in spec.enumerate():
         assert 32 <= threads(s) <= 1024 and s["TM"] * s["TN"] <= 64
         assert smem_bytes(Product(1, 4096, 4096, 4096, False, True, "float32"), s) <= 48 * 1024
-    assert "threads" in spec.why_illegal({"BM": 128, "BN": 128, "BK": 8, "TM": 1, "TN": 1, "PREFETCH": 0, "GROUP_M": 1, "SVEC": 1})
-    assert "next slice" in spec.why_illegal({"BM": 64, "BN": 64, "BK": 32, "TM": 8, "TN": 8, "PREFETCH": 1, "GROUP_M": 1, "SVEC": 1})
-    assert spec.legal({"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "PREFETCH": 1, "GROUP_M": 1, "SVEC": 1})
+    assert "threads" in spec.why_illegal({"BM": 128, "BN": 128, "BK": 8, "TM": 1, "TN": 1, "PREFETCH": 0, "GROUP_M": 1, "SVEC": 1, "OCC": 0})
+    assert "next slice" in spec.why_illegal({"BM": 64, "BN": 64, "BK": 32, "TM": 8, "TN": 8, "PREFETCH": 1, "GROUP_M": 1, "SVEC": 1, "OCC": 0})
+    assert spec.legal({"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "PREFETCH": 1, "GROUP_M": 1, "SVEC": 1, "OCC": 0})
     small = schedule_spec(Product(1, 16, 20, 8, False, False, "float32"))
     assert small.default()["BM"] <= 16 and "larger than" in small.why_illegal(
-        {"BM": 128, "BN": 32, "BK": 8, "TM": 4, "TN": 4, "PREFETCH": 0, "GROUP_M": 1, "SVEC": 1})
+        {"BM": 128, "BN": 32, "BK": 8, "TM": 4, "TN": 4, "PREFETCH": 0, "GROUP_M": 1, "SVEC": 1, "OCC": 0})
     fp64 = Product(1, 4096, 4096, 4096, False, False, "float64")
     assert "shared memory" in schedule_spec(fp64).why_illegal({"BM": 128, "BN": 128, "BK": 32, "TM": 8, "TN": 8,
-                                                                "PREFETCH": 0, "GROUP_M": 1, "SVEC": 1})
+                                                                "PREFETCH": 0, "GROUP_M": 1, "SVEC": 1, "OCC": 0})
 
 
 def test_tensor_cores_are_a_knob_of_half_products_only():
@@ -236,8 +239,10 @@ def test_tensor_cores_are_a_knob_of_half_products_only():
     # Both operands come in 16-byte chunks: the cp.async ring, three slices of 64 deep. A [M, K] as 128
     # rows of 64 + 8, B [K, N] as 64 rows of 128 + 8, per slice.
     assert spec.default() == {"BM": 128, "BN": 128, "BK": 64, "TM": 4, "TN": 4, "PREFETCH": 0, "GROUP_M": 1, "SVEC": 1,
-                              "MMA": 1, "STAGES": 3}
+                              "OCC": 0, "MMA": 1, "STAGES": 3}
     assert "ldmatrix" in spec.why_illegal({**spec.default(), "SVEC": 4})
+    assert "already holds" in spec.why_illegal({**spec.default(), "OCC": 1})
+    assert spec.legal({**spec.default(), "STAGES": 0, "OCC": 1})
     assert schedule_spec(half, tensor_cores_first=False).default()["SVEC"] == 4
     assert threads(spec.default()) == 256 and smem_bytes(half, spec.default()) == 3 * (128 * 72 + 64 * 136) * 2
     assert smem_bytes(half, {**spec.default(), "STAGES": 0, "BK": 32}) == 256 * 40 * 2

@@ -85,6 +85,7 @@ STAGE_VALUES = (0, 2, 3, 4)        # MMA=1's cp.async ring (0: staged through re
 GROUP_M_VALUES = (1, 8, 16)        # row tiles walked together (block_origin)
 SVEC_VALUES = (1, 4)               # SIMT: a thread's rows / columns read from shared memory this many at a time
 DEFAULT_SVEC = 4
+OCC_VALUES = (0, 1)                # registers: 0 the compiler's choice; 1 at most what two blocks an SM leave
 DEFAULT_STAGES = 3                 # the ring's depth in MMA defaults (fastest or within 2 % of it at BK=32)
 MAX_GRID_YZ = 65535
 SMS = 132                          # H200
@@ -421,6 +422,8 @@ def schedule_spec(p: Product, tensor_cores_first: bool | None = None) -> Schedul
                                         "column (operand panels reused in L2); 1: row by row"),
         Knob("SVEC", SVEC_VALUES, "SIMT: a thread's rows and columns in groups of up to SVEC consecutive ones, each "
                                   "group one vector read of shared memory; 1: rows strided across the threads"),
+        Knob("OCC", OCC_VALUES, "registers: 0 the compiler's choice; 1 at most what two blocks an SM leave "
+                                "(65536 / (2 x threads): 128 at 256 threads), spilling if it must"),
     ]
     if p.dtype in MMA_DTYPES:
         knobs.append(Knob("MMA", (0, 1), "1: tensor cores (mma.sync m16n8k16, fp32 accumulation)"))
@@ -449,6 +452,8 @@ def schedule_spec(p: Product, tensor_cores_first: bool | None = None) -> Schedul
                 return "STAGES feeds the tensor cores (MMA=1); the SIMT kernel stages through registers"
             if s["PREFETCH"]:
                 return "STAGES > 0 replaces PREFETCH (the ring already loads ahead)"
+            if s.get("OCC"):
+                return "OCC=1 with STAGES > 0: the cp.async ring already holds its blocks to two an SM"
         return None
 
     def shape(s: Mapping[str, int]) -> str | None:
@@ -509,7 +514,8 @@ def schedule_spec(p: Product, tensor_cores_first: bool | None = None) -> Schedul
         kinds.insert(0 if first else 1, (MMA_PREFERENCE, 1))
     chosen = None
     for preference, mma in kinds:
-        legal = [{k.name: {**dict(zip(names, c)), "PREFETCH": 0, "MMA": mma, "STAGES": 0, "GROUP_M": 1, "SVEC": 1}[k.name]
+        legal = [{k.name: {**dict(zip(names, c)), "PREFETCH": 0, "MMA": mma, "STAGES": 0, "GROUP_M": 1, "SVEC": 1,
+                                                    "OCC": 0}[k.name]
                   for k in knobs}
                  for c in preference]
         legal = [c for c in legal if spec.legal(c)]
@@ -530,6 +536,13 @@ def schedule_spec(p: Product, tensor_cores_first: bool | None = None) -> Schedul
     # SIMT fragments read 4 at a time from shared memory where the thread tile allows.
     if not chosen.get("MMA") and spec.legal({**chosen, "SVEC": DEFAULT_SVEC}):
         chosen = {**chosen, "SVEC": DEFAULT_SVEC}
+    # An 8 x 8 thread tile of 256 threads held to 128 registers, two blocks an SM: convolutions' index
+    # math took the compiler's choice to 139-141 and one block an SM; held, they ran 1.29-1.31x faster
+    # (conv_2d, conv_1d; matrix products, already at 128, the same; H100, 2026-12-06). Smaller tiles
+    # are left alone: the bound only lets them take more (conv_3d's 4 x 2 went from 80 to 107, 1.16x slower).
+    if not chosen.get("MMA") and chosen["TM"] * chosen["TN"] >= MAX_ACCUMULATORS and threads(chosen) == 256 \
+            and spec.legal({**chosen, "OCC": 1}):
+        chosen = {**chosen, "OCC": 1}
     # Tensor cores take the cp.async ring where both operands come in 16-byte chunks (2.7-3.1x faster than
     # staging through registers on three products, H100, 2026-12-06); gathered operands keep registers.
     if chosen.get("MMA") and chunk_lengths(p) == (8, 8) and spec.legal({**chosen, "STAGES": DEFAULT_STAGES}):
@@ -726,11 +739,14 @@ CA_HD long long out_index(long long batch, int gm, int gn, int M, int N) {{
 
 // Under the cp.async ring a 256-thread block is held to 128 registers, two blocks an SM: the ring's
 // default compiles to 124-126 anyway, but BK=64 with GROUP_M=8 took 166 and ran one block an SM,
-// 1.2x slower. Elsewhere no minimum: naming one (even 1) made the register-staged MMA kernel take
-// 138 registers instead of 126 and run 1.8x slower (H100, 2026-12-06).
+// 1.2x slower. Elsewhere only where OCC=1 asks (the SIMT default for 8 x 8 thread tiles): naming a
+// minimum (even 1) made the register-staged MMA kernel take 138 registers instead of 126 and run
+// 1.8x slower (H100, 2026-12-06).
 extern "C" __global__ void
 #if MMA && STAGES
 __launch_bounds__({ns}::THREADS, {ns}::THREADS <= 256 ? 2 : 1)
+#elif OCC
+__launch_bounds__({ns}::THREADS, 2)
 #else
 __launch_bounds__({ns}::THREADS)
 #endif
