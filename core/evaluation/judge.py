@@ -154,7 +154,7 @@ class Judge:
         scaled = []
         for i in range(msg.scaled_variants):
             base = fresh[i % len(fresh)]
-            magnitude = 10 ** rng.uniform(-1.0, math.log10(LARGEST_SCALE))            # 0.1 .. 4
+            magnitude = 10 ** rng.uniform(-1.0, math.log10(LARGEST_SCALE))      # 0.1 .. 4
             scale = round(magnitude * rng.choice((-1.0, 1.0)), 4) or 0.5
             scaled.append(P.InputSet(f"{base.label}x{scale:g}", base.model_seed, base.input_seed, scale))
         model_seed = secrets.randbits(62)

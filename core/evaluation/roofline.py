@@ -125,7 +125,7 @@ def measure_ceilings(device: Any, gpu_name: str) -> Ceilings:
 
 # A GPU's ceilings are measured at its first CEILING_SAMPLES evaluator starts and the largest of each
 # kept. One measurement taken while other processes used the GPU read half the GEMM rates, and the
-# floor it gave stood above eager's time for every later run (four test processes that started
+# floor it gave stood above eager's time for the rest of that run (four test processes that started
 # together on an H100, 2026-12-06).
 CEILING_SAMPLES = 3
 
