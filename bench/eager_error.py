@@ -32,7 +32,7 @@ for p in sorted(Path("resources/tasks").glob("*.py")):
             out.append(None); continue
         try:
             r = m.double()(*[a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in x])
-        except Exception as exc:
+        except Exception:                    # no float64 kernel for an op
             out.append(None); continue
         r = list(r) if isinstance(r, (tuple, list)) else [r]
         out.append(_eager_error(e, r))
