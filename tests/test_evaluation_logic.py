@@ -552,3 +552,21 @@ def test_the_tolerance_is_widened_where_eager_misses_it_on_scaled_inputs(monkeyp
         monkeypatch.setattr(J, "CALIBRATION_SCALES", ())        # the inputs as drawn only: not widened
         unscaled = _cpu_judge(SWIGLU_BF16, 1 << 30).set_task(P.SetTask("swiglu", SWIGLU_BF16, None))
         assert unscaled.tolerance == (0.01, 0.01) and not unscaled.notes
+
+
+def test_other_processes_on_the_gpu_are_counted_by_pid_or_beyond_ours():
+    from core.evaluation.gpuinfo import other_gpu_processes
+
+    rows = [("GPU-aaaa", 10), ("GPU-aaaa", 11), ("GPU-aaaa", 500), ("GPU-bbbb", 600)]
+    # torch's uuid has no "GPU-" prefix; only this GPU's processes count, ours left out.
+    assert other_gpu_processes("aaaa", {10, 11}, lambda: rows) == 1
+    assert other_gpu_processes("AAAA", {10, 11, 500}, lambda: rows) == 0
+    # None of our pids listed (another pid namespace): what is beyond our own count.
+    assert other_gpu_processes("aaaa", {1, 2}, lambda: rows) == 1
+    assert other_gpu_processes("aaaa", {1, 2, 3}, lambda: rows) == 0
+    assert other_gpu_processes("", {10}, lambda: rows) == 3             # unknown uuid: every GPU
+    assert other_gpu_processes("aaaa", {10}, lambda: 1 / 0) == 0        # nvidia-smi cannot say
+
+    def missing():
+        raise FileNotFoundError("nvidia-smi")
+    assert other_gpu_processes("aaaa", {10}, missing) == 0

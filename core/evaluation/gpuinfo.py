@@ -54,3 +54,31 @@ def gpu_key(info: dict[str, Any]) -> str:
     """Stable identity of a GPU model + software stack, for caches of ceilings and baselines."""
     name = "".join(c if c.isalnum() else "-" for c in str(info.get("name", "gpu"))).strip("-")
     return f"{name}-{info.get('capability')}-torch{info.get('torch')}"
+
+
+def _compute_apps() -> list[tuple[str, int]]:
+    """(GPU UUID, pid) of every process with a CUDA context, as nvidia-smi lists them."""
+    import subprocess
+
+    done = subprocess.run(["nvidia-smi", "--query-compute-apps=gpu_uuid,pid", "--format=csv,noheader"],
+                          capture_output=True, text=True, timeout=10)
+    rows = []
+    for line in done.stdout.splitlines():
+        uuid, _, pid = (part.strip() for part in line.partition(","))
+        if pid.isdigit():
+            rows.append((uuid, int(pid)))
+    return rows
+
+
+def other_gpu_processes(gpu_uuid: str, own_pids: set[int], apps=_compute_apps) -> int:
+    """How many processes other than ours have a CUDA context on this GPU; 0 where nvidia-smi cannot
+    say. Where none of our pids is listed (a container's pid namespace), the count beyond ours."""
+    try:
+        rows = apps()
+    except Exception:               # no nvidia-smi, a timeout, a driver that does not answer
+        return 0
+    want = gpu_uuid.lower().removeprefix("gpu-")
+    on_gpu = {pid for uuid, pid in rows if not want or uuid.lower().removeprefix("gpu-") == want}
+    if on_gpu & own_pids:
+        return len(on_gpu - own_pids)
+    return max(0, len(on_gpu) - len(own_pids))

@@ -386,6 +386,19 @@ class GpuSupervisor:
         if not self.runner.alive():
             self._replace_runner()
 
+    def _shared_gpu_note(self, runner: Worker) -> str:
+        """Where other processes use this GPU, their kernels share it with the timed one and can
+        show up as stray time: the rejection stands (a candidate's own process could start them),
+        and says so."""
+        from .gpuinfo import other_gpu_processes
+
+        ours = {w.proc.pid for w in (self.judge, self.runner, runner, *self.spares)}
+        n = other_gpu_processes(str(self.gpu.get("uuid", "")), ours)
+        if not n:
+            return ""
+        return (f" ({n} other process{'es' if n > 1 else ''} had a CUDA context on this GPU: their work "
+                "counts here too; measure on a GPU of its own)")
+
     def _call(self, runner: Worker, msg: Any, timeout: float, fresh: bool) -> Any:
         """A request to a runner; a crash or hang becomes a Failure and the runner is replaced."""
         try:
@@ -464,7 +477,8 @@ class GpuSupervisor:
         if _stray(timed):
             return Outcome(Status.REJECTED, f"work outside the timed stream: {timed.stray_ms * 1e3:.1f} us of GPU work "
                                             f"was still running after the timed region ended ({median * 1e3:.1f} us); "
-                                            "launch on the current stream", kernels=check.kernels, seconds=seconds)
+                                            "launch on the current stream" + self._shared_gpu_note(runner),
+                           kernels=check.kernels, seconds=seconds)
         if timed.mismatched_reps:
             return Outcome(Status.REJECTED, "timed runs disagree with the checked run: a repetition returned "
                                             "different outputs for the same inputs (results served from a cache, "
