@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One device call: the matmul family's GPU tests in SHARDS parallel pytest processes (each its own
-# evaluator on the one GPU: correctness only, so sharing it is harmless), then the products' OCC
-# variants (registers held to two blocks an SM) against eager and torch.compile, one task at a time.
+# evaluator on the one GPU, to fit the call: a failure there may be the sharing's, since the others'
+# kernels count as stray time, so run it again alone), then the products' OCC variants (registers
+# held to two blocks an SM) against eager and torch.compile, one task at a time. On 2026-12-06 the
+# shards also measured the GPU's ceilings together (each about half; the floors of that call are off).
 #   OUT=DIR [SHARDS=4] [OCC_TASKS="TASK ..."] [OCC_DEADLINE=S] [TEST_TIMEOUT=S] PYTHONPATH=. bash bench/occ_call.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1
