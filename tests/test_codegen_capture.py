@@ -84,23 +84,23 @@ def test_interpreted_ir_matches_model_on_cpu(name):
 
 
 def test_unsupported_op_message_names_op_and_task():
-    # Three picks per row: not the one-per-row pick (cross-entropy's) that row groups lower.
+    # Sliding windows (Tensor.unfold): no family lowers them.
     source = HEADER + '''
 class Model(nn.Module):
-    def forward(self, x, i):
-        return torch.gather(x, 1, i) * 2.0
+    def forward(self, x):
+        return x.unfold(1, 4, 2) * 2.0
 
 def get_inputs():
-    return [torch.randn(300, 64), torch.randint(0, 64, (300, 3))]
+    return [torch.randn(300, 64)]
 
 def get_init_inputs():
     return []
 '''
     with pytest.raises(CodegenError) as info:
-        generate(load_task_from_source(source, "three_picks"))
+        generate(load_task_from_source(source, "windows"))
     text = str(info.value)
-    assert "'three_picks'" in text and "'gather.default'" in text and "\n" not in text
-    assert info.value.ops == ["gather.default"] and info.value.task == "three_picks"
+    assert "'windows'" in text and "'unfold.default'" in text and "\n" not in text
+    assert info.value.ops == ["unfold.default"] and info.value.task == "windows"
     with pytest.raises(CodegenError) as info:
         generate(load_task(UNLOWERED))
     # The op that computes is named first; the getitem of its values is listed after it.
@@ -152,3 +152,40 @@ def get_init_inputs():
     task = load_task_from_source(source, "data_dependent")
     with pytest.raises(CodegenError, match=r"Task 'data_dependent': torch.export could not trace"):
         capture(task)
+
+
+SCALAR_TENSORS = HEADER + '''
+class Model(nn.Module):
+    def forward(self, x):
+        m = torch.tensor(0.25, device=x.device, dtype=x.dtype)
+        s = torch.tensor(3, dtype=torch.int64).to(x.device)
+        return torch.min(torch.maximum(x, m), torch.tensor(0.5)) * s + torch.tensor(2.0) * torch.tensor(1.5)
+
+def get_inputs():
+    return [torch.randn(16, 8)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_capture_takes_one_value_tensors_made_in_forward_as_numbers():
+    """KernelBench writes `torch.min(x, torch.tensor(min_value))`: the 0-dim tensor (made on the CPU,
+    or on x's device, which is meta while capturing) reaches the IR as a python number, and nodes
+    of such constants alone (clone, .to(), 2.0 * 1.5) are evaluated during capture."""
+    task = load_task_from_source(SCALAR_TENSORS, "scalar_tensors")
+    g = capture(task)
+    assert [v.name for v in g.inputs] == ["x"]
+    assert g.ops() == ["maximum.default", "minimum.default", "mul.Tensor", "add.Tensor"]
+    assert [n.operands[1] for n in g.nodes] == [0.25, 0.5, 3, 3.0]
+    x = torch.randn(16, 8)
+    (out,) = interpret(g, {"x": x})
+    torch.testing.assert_close(out, task.make_model(0)(x), rtol=0, atol=0)
+    assert out.dtype == torch.float32
+
+
+def test_larger_tensor_made_in_forward_gives_clear_error():
+    source = SCALAR_TENSORS.replace("torch.tensor(0.25, device=x.device, dtype=x.dtype)",
+                                    "torch.tensor([0.25] * 8, device=x.device, dtype=x.dtype)")
+    with pytest.raises(CodegenError, match=r"constant_tensor input 'lifted_tensor_0' of shape \[8\].*one value"):
+        capture(load_task_from_source(source, "vector_constant"))

@@ -110,13 +110,20 @@ CASES = {
 }
 
 
+def emulate_cases(cases: dict[str, str], seed: int, monkeypatch) -> list:
+    """Generate each source and run its CUDA under the fuzz harness's CPU emulation at the default
+    and one random legal schedule; fails on any refusal, skip or mismatch. The outcomes."""
+    monkeypatch.setattr(fuzz, "SCHEDULES", 1)
+    fuzz_cases = [FuzzCase(name, "kernelbench-style", source) for name, source in sorted(cases.items())]
+    with tempfile.TemporaryDirectory() as tmp:
+        outcomes = run_fuzz(fuzz_cases, seed, Path(tmp))
+    failed = [o for o in outcomes if o.failures or o.skipped]
+    assert not failed, report(outcomes)[:20000] + str([(o.case.name, o.skipped) for o in outcomes if o.skipped])
+    return outcomes
+
+
 @pytest.mark.skipif(GXX is None, reason="no host C++ compiler")
 @pytest.mark.timeout(900)
 def test_kernelbench_style_operators_generate_and_match_the_model(monkeypatch):
-    monkeypatch.setattr(fuzz, "SCHEDULES", 1)            # the default and one random legal schedule
-    cases = [FuzzCase(name, "kernelbench-style", source) for name, source in sorted(CASES.items())]
-    with tempfile.TemporaryDirectory() as tmp:
-        outcomes = run_fuzz(cases, 5, Path(tmp))
-    failed = [o for o in outcomes if o.failures or o.skipped]
-    assert not failed, report(outcomes)[:20000] + str([(o.case.name, o.skipped) for o in outcomes if o.skipped])
+    outcomes = emulate_cases(CASES, 5, monkeypatch)
     assert all(o.runs == 2 for o in outcomes), [(o.case.name, o.runs) for o in outcomes]

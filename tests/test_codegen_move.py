@@ -91,6 +91,8 @@ CASES = {
     "upsample_2x": _source("x):\n        return F.interpolate(x, scale_factor=2, mode='nearest')", "[torch.randn(2, 3, 4, 5)]"),
     "upsample_sizes": _source("x):\n        return F.interpolate(x, size=(7, 5), mode='nearest')", "[torch.randn(1, 2, 3, 4)]"),
     "advanced_index": _source("x, i):\n        return x[:, i] * 2", "[torch.randn(4, 6), torch.randint(0, 6, (9,))]"),
+    # torch.gather: an index of the result's shape.
+    "gather_fp16": _source("x, i):\n        return torch.gather(x, 0, i) + 1", "[torch.randn(7, 5).half(), torch.randint(0, 7, (4, 5))]"),
     "split_sizes_pad": _source("x):\n        a, b = torch.split(x, [3, 5], dim=0)\n        return F.pad(b, (2, 2)), a.t()",
                                "[torch.randn(8, 6)]"),
 }
@@ -123,6 +125,19 @@ def test_a_chain_of_moves_folds_into_one_node_with_its_constant():
     tree = moves[0].attrs["tree"]          # slice(dim 0) of cat(dim 1: zeros, x)
     assert tree["op"] == "slice" and tree["dim"] == 0 and tree["child"]["op"] == "cat"
     assert [p["child"]["op"] for p in tree["child"]["parts"]] == ["const", "in"]
+
+
+def test_a_gather_is_a_move_unless_a_row_group_picks_with_it():
+    canon = canonicalize(case_graph("gather_fp16"), rows=True)
+    tree = next(n for n in canon.nodes if n.op == MOVE).attrs["tree"]
+    assert tree["op"] == "gather" and tree["dim"] == 0 and tree["child"]["op"] == "in"
+    # nn.Embedding: an index_select of its rows (its CUDA runs in tests/test_codegen_kernelbench_more.py).
+    source = _source("i):\n        return self.e(i)", "[torch.randint(0, 11, (3, 4))]", "[]", "        self.e = nn.Embedding(11, 6)")
+    embedding = canonicalize(capture(load_task_from_source(source, "embedding")), rows=True)
+    assert [n.attrs["tree"]["op"] for n in embedding.nodes if n.op == MOVE] == ["index"]
+    # Cross-entropy picks the target's logit with a gather: that stays in the row group's reduction.
+    loss = canonicalize(capture(load_task(TASKS / "loss_cross_entropy.py")), rows=True)
+    assert not any(n.op in (MOVE, "gather.default") for n in loss.nodes)
 
 
 def test_flips_next_to_a_scan_stay_with_the_scan():

@@ -10,12 +10,14 @@ nodes' fake values. Python numbers given to forward are specialised into the gra
 """
 from __future__ import annotations
 
+import functools
 import operator
 import warnings
 from typing import Any
 
 import torch
 from torch._decomp import get_decompositions
+from torch.overrides import TorchFunctionMode
 
 from core.codegen.errors import CodegenError
 from core.codegen.graph import Graph, GraphInput, Node, Operand, Ref
@@ -28,7 +30,8 @@ _OPERAND_TYPES = {"Tensor", "Tensor?", "Optional[Tensor]", "Scalar", "Scalar?"}
 
 def decomposition_table() -> Any:
     """Core ATen's decompositions plus the composite norms, so that every norm reaches the
-    generators as reductions (var_mean) and elementwise ops. _softmax / _log_softmax stay ops:
+    generators as reductions (var_mean) and elementwise ops, and nn.Embedding as a row gather
+    (_embedding_rows). _softmax / _log_softmax stay ops:
     the row family lowers them over the last dim, the partitioner splits them over other dims."""
     aten = torch.ops.aten
     table = torch.export.default_decompositions()
@@ -37,7 +40,32 @@ def decomposition_table() -> Any:
         aten._native_batch_norm_legit, aten._native_batch_norm_legit_no_training,
         aten._native_batch_norm_legit_functional,
     ]))
+    table[aten.embedding.default] = _embedding_rows
+    for op, pool in ((aten._adaptive_avg_pool2d.default, aten.avg_pool2d.default),
+                     (aten._adaptive_avg_pool3d.default, aten.avg_pool3d.default),
+                     (aten.adaptive_max_pool2d.default, aten.max_pool2d_with_indices.default),
+                     (aten.adaptive_max_pool3d.default, aten.max_pool3d_with_indices.default)):
+        table[op] = functools.partial(_adaptive_as_pool, pool)
     return table
+
+
+def _embedding_rows(weight: torch.Tensor, indices: torch.Tensor, padding_idx: int = -1,
+                    scale_grad_by_freq: bool = False, sparse: bool = False) -> torch.Tensor:
+    """nn.Embedding's forward as an index_select of the weight's rows (the move family lowers it;
+    torch's own decomposition gives an index.Tensor, which no family takes for 2-D indices)."""
+    rows = torch.ops.aten.index_select.default(weight, 0, indices.reshape(-1))
+    return rows.view(*indices.shape, weight.shape[-1])
+
+
+def _adaptive_as_pool(pool: Any, x: torch.Tensor, output_size: list[int]) -> Any:
+    """An adaptive pool whose output divides the input (9 x 12 -> 3 x 3) is a plain pool with
+    windows of input / output, stride the same, which the pool family lowers. Other sizes keep
+    the adaptive op (windows of varying size; no family lowers it)."""
+    spatial = list(x.shape[-len(output_size):])
+    if any(o <= 0 or i % o for i, o in zip(spatial, output_size)):
+        return NotImplemented
+    window = [i // o for i, o in zip(spatial, output_size)]
+    return pool(x, window, window)
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -69,9 +97,27 @@ def export_program(task: Any) -> torch.export.ExportedProgram:
     return _export(model, inputs, task.name)
 
 
+class _ScalarTensorsOnCpu(TorchFunctionMode):
+    """During capture, a one-value tensor that forward creates on its inputs' device
+    (`torch.tensor(0.5, device=x.device)`) is made on the CPU instead: on the meta device it would
+    hold no value, and code generation needs the value. A CPU 0-dim tensor mixes with tensors of
+    any device, as on the GPU, so the traced graph is the same."""
+
+    FACTORIES = (torch.tensor, torch.as_tensor, torch.scalar_tensor)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        device = kwargs.get("device")
+        if func in self.FACTORIES and device is not None and torch.device(device).type == "meta":
+            on_cpu = func(*args, **{**kwargs, "device": "cpu"})
+            if on_cpu.dim() == 0:
+                return on_cpu
+        return func(*args, **kwargs)
+
+
 def _export(model: torch.nn.Module, inputs: list, name: str) -> torch.export.ExportedProgram:
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _ScalarTensorsOnCpu():
             warnings.simplefilter("ignore")
             exported = torch.export.export(model, tuple(inputs))
             return exported.run_decompositions(decomposition_table())
@@ -97,6 +143,9 @@ def capture_module(model: torch.nn.Module, inputs: list, name: str, input_names:
     sig = exported.graph_signature
     names: dict[str, str] = {}       # fx placeholder name -> IR value name
     constants: dict[str, Any] = {}   # fx placeholder name -> fake value of a constant input
+    # fx name -> the value of a one-value tensor forward creates (`torch.min(x, torch.tensor(0.5))`)
+    # or computes from such tensors alone; its users get it as a python number.
+    made: dict[str, torch.Tensor] = {}
     graph_inputs: list[GraphInput] = []
     user_names = iter(input_names)
     for spec in sig.input_specs:
@@ -109,10 +158,16 @@ def capture_module(model: torch.nn.Module, inputs: list, name: str, input_names:
             names[placeholder] = forward_name
         elif kind in ("PARAMETER", "BUFFER"):
             names[placeholder] = spec.target
+        elif kind == "CONSTANT_TENSOR" and _is_scalar(exported.constants.get(spec.target)):
+            made[placeholder] = exported.constants[spec.target]
         else:
+            value = exported.constants.get(spec.target)
+            what = f" of shape {list(value.shape)}" if isinstance(value, torch.Tensor) else ""
             raise CodegenError(f"Task '{name}': the traced graph has a {kind.lower()} input "
-                               f"'{spec.target}' (a tensor created inside forward or a lifted "
-                               f"constant), which code generation does not support yet.", task=name)
+                               f"'{spec.target}'{what} (a tensor created inside forward or a lifted "
+                               f"constant). Code generation takes such tensors of one value "
+                               f"(torch.tensor(0.5)), not larger ones: make it a parameter or a "
+                               f"buffer of the Model.", task=name)
 
     # Only what forward returns: export adds the new values of mutated buffers (running stats of a
     # training-mode BatchNorm) as outputs, which the evaluator does not compare.
@@ -121,6 +176,8 @@ def capture_module(model: torch.nn.Module, inputs: list, name: str, input_names:
     nodes: list[Node] = []
     outputs: list[str] = []
     for fx_node in exported.graph.nodes:
+        if fx_node.op == "placeholder" and fx_node.name in made:
+            continue
         if fx_node.op == "placeholder":
             val = fx_node.meta.get("val")
             if fx_node.name not in names or not isinstance(val, torch.Tensor):
@@ -131,11 +188,16 @@ def capture_module(model: torch.nn.Module, inputs: list, name: str, input_names:
                                            _dtype_name(val.dtype)))
         elif fx_node.op == "call_function" and _op_name(fx_node.target).startswith("_assert"):
             continue  # metadata assertions export inserts; they compute nothing
+        elif fx_node.op == "call_function" and _folds(fx_node, made):
+            made[fx_node.name] = _fold(name, fx_node, made)
         elif fx_node.op == "call_function":
-            nodes.append(_node(name, fx_node, names, constants))
+            nodes.append(_node(name, fx_node, names, constants, made))
             names[fx_node.name] = fx_node.name
         elif fx_node.op == "output":
             for out in fx_node.args[0]:
+                if isinstance(out, torch.fx.Node) and out.name in made:
+                    raise CodegenError(f"Task '{name}': forward returns a tensor made of constants "
+                                       f"only ({made[out.name].item()!r}), which needs no kernel.", task=name)
                 if not isinstance(out, torch.fx.Node):
                     raise CodegenError(f"Task '{name}': forward returns a non-tensor value "
                                        f"({out!r}).", task=name)
@@ -148,7 +210,45 @@ def capture_module(model: torch.nn.Module, inputs: list, name: str, input_names:
                  constants=dict(scalars or {}))
 
 
-def _node(task: str, fx_node: torch.fx.Node, names: dict[str, str], constants: dict[str, Any]) -> Node:
+def _is_scalar(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.dim() == 0 and value.device.type != "meta"
+
+
+def _fx_args(fx_node: torch.fx.Node) -> list[torch.fx.Node]:
+    return _fx_args_of((fx_node.args, fx_node.kwargs))
+
+
+def _fx_args_of(value: Any) -> list[torch.fx.Node]:
+    """The graph nodes an argument (possibly nested in lists, tuples and dicts) refers to."""
+    found: list[torch.fx.Node] = []
+    torch.fx.map_arg(value, lambda a: found.append(a) or a)
+    return found
+
+
+def _folds(fx_node: torch.fx.Node, made: dict[str, torch.Tensor]) -> bool:
+    """The node computes from one-value constants alone (a clone, a dtype conversion, 2 * c)."""
+    args = _fx_args(fx_node)
+    return bool(args) and all(a.name in made for a in args)
+
+
+def _fold(task: str, fx_node: torch.fx.Node, made: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Evaluate a node of constants now, on the CPU (a `device` it names was the traced meta one)."""
+    args, kwargs = torch.fx.map_arg((fx_node.args, fx_node.kwargs), lambda a: made[a.name])
+    if "device" in kwargs:
+        kwargs = {**kwargs, "device": torch.device("cpu")}
+    try:
+        value = fx_node.target(*args, **kwargs)
+    except Exception as exc:
+        raise CodegenError(f"Task '{task}': could not evaluate '{_op_name(fx_node.target)}' of constants "
+                           f"({type(exc).__name__}: {exc}).", task=task) from exc
+    if not _is_scalar(value):
+        raise CodegenError(f"Task '{task}': '{_op_name(fx_node.target)}' makes a tensor of more than one "
+                           f"value from constants, which code generation does not support yet.", task=task)
+    return value
+
+
+def _node(task: str, fx_node: torch.fx.Node, names: dict[str, str], constants: dict[str, Any],
+          made: dict[str, torch.Tensor] | None = None) -> Node:
     target = fx_node.target
     schema = getattr(target, "_schema", None)
     op = _op_name(target)
@@ -175,8 +275,12 @@ def _node(task: str, fx_node: torch.fx.Node, names: dict[str, str], constants: d
         else:
             value = None
         if str(arg.type) in _OPERAND_TYPES:
-            operands.append(_operand(task, value, names, constants, op))
+            operands.append(_operand(task, value, names, constants, op, made or {}))
         else:
+            if any(a.name in (made or {}) for a in _fx_args_of(value)):
+                raise CodegenError(f"Task '{task}': '{op}' takes a tensor created inside forward in its "
+                                   f"argument '{arg.name}', which code generation does not support yet.",
+                                   task=task, ops=[op])
             attrs[arg.name] = _attr(value, names)
     if len(results) > 1:
         attrs["results"] = [(tuple(int(s) for s in v.shape), _dtype_name(v.dtype)) for v in results]
@@ -190,10 +294,14 @@ def _op_name(target: Any) -> str:
     return getattr(target, "__name__", str(target))
 
 
-def _operand(task: str, value: Any, names: dict[str, str], constants: dict[str, Any], op: str) -> Operand:
+def _operand(task: str, value: Any, names: dict[str, str], constants: dict[str, Any], op: str,
+             made: dict[str, torch.Tensor]) -> Operand:
     if isinstance(value, torch.fx.Node):
         if value.name in names:
             return Ref(names[value.name])
+        if value.name in made:
+            # A 0-dim tensor takes part in type promotion as a python number of its kind does.
+            return made[value.name].item()
         raise CodegenError(f"Task '{task}': '{op}' uses '{value.name}', a constant tensor "
                            f"inside the traced graph, which code generation does not support yet.",
                            task=task, ops=[op])

@@ -69,6 +69,10 @@ def interpret(graph: Graph, inputs: dict[str, torch.Tensor]) -> list[torch.Tenso
             else:
                 value = next(operand_iter)
                 value = env[value.name] if isinstance(value, Ref) else value
+                if isinstance(value, (bool, int, float)) and str(arg.type) == "Tensor":
+                    # A 0-dim tensor made in forward, captured as a number: a 0-dim tensor again,
+                    # which type promotion treats as the number.
+                    value = torch.tensor(value)
             if arg.kwarg_only:
                 kwargs[arg.name] = value
             else:

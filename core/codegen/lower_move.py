@@ -1,7 +1,7 @@
 """The data-movement family: cat, slicing (slice, select, and split / chunk / unbind through them),
 constant / replicate / reflect padding, permute / transpose copies, flips that no scan takes,
-index_select (torch.roll, x[:, i]), nearest upsampling and arange: one gather kernel for a whole
-chain of them.
+index_select (torch.roll, x[:, i]), torch.gather (nn.Embedding arrives as index_select), nearest
+upsampling and arange: one gather kernel for a whole chain of them.
 
 partition.canonicalize rewrites each such op into a `ca_move.default` node (to_move). Its attrs
 hold a *tree*, plain data, that maps the node's output back to its tensor operands. When an
@@ -19,6 +19,8 @@ transpose of a slice. Tree steps, each with the `shape` of its result:
     {"op": "index", "dim": D, "k": K, ...}                   child[.., idx_K[i], ..] (index_select)
     {"op": "index", "dim": D, "table": [...], ...}           the same with an index known when lowering
                                                              (torch.roll's arange + shift, mod n)
+    {"op": "gather", "dim": D, "k": K, ...}                  child[.., idx_K[i, j, ..], ..] (torch.gather: the
+                                                             index has the result's shape)
     {"op": "const", "value": V, ...}                         a constant operand (zeros_like, full)
     {"op": "iota", "start": S, "step": T, ...}               arange: S + i * T along its one dim
 
@@ -51,7 +53,9 @@ from core.codegen.schedule import Knob, ScheduleSpec
 MOVE = "ca_move.default"
 # ATen ops that to_move rewrites (flip only where no scan takes it: see partition.canonicalize).
 MOVE_OPS = {"cat.default", "slice.Tensor", "select.int", "constant_pad_nd.default", "permute.default",
-            "transpose.int", "t.default", "flip.default", "index_select.default"}
+            "transpose.int", "t.default", "flip.default", "index_select.default", "gather.default"}
+# Ops whose second tensor operand is an index, not data of the result's dtype.
+INDEXED_OPS = ("index_select.default", "gather.default")
 # Index arithmetic (tril / triu / eye decompose to aranges compared with each other): written once
 # to a small buffer by a move kernel, then read, broadcast, by the elementwise ops.
 ARANGES = {"arange.start_step", "arange.default", "arange.start"}
@@ -125,6 +129,10 @@ def _step(node: Node, shapes: list[tuple[int, ...]], table: list[int] | None = N
         if len(shapes) < 2 or len(shapes[1]) > 1:
             return None
         return {"op": "index", "dim": _norm(a["dim"], rank), "k": 1, "shape": out, "child": leaf(0)}
+    if node.op == "gather.default":
+        if len(shapes) < 2 or len(shapes[1]) != rank or list(shapes[1]) != out:
+            return None
+        return {"op": "gather", "dim": _norm(a["dim"], rank), "k": 1, "shape": out, "child": leaf(0)}
     if node.op == "cat.default":
         d = _norm(a.get("dim", 0), len(out))
         parts, offset = [], 0
@@ -176,10 +184,10 @@ def to_move(node: Node, values: dict[str, Any], foldable: set[str], table: list[
         refs = refs[:1]
     if not refs or (node.op == "cat.default" and len(refs) != len(node.attrs.get("tensors", []))):
         return None
-    data = refs[:1] if node.op == "index_select.default" else refs
+    data = refs[:1] if node.op in INDEXED_OPS else refs
     if any(values[r.name].dtype != node.dtype for r in data):
         return None
-    if node.op == "index_select.default" and table is None and values[refs[1].name].dtype not in INDEX_DTYPES:
+    if node.op in INDEXED_OPS and table is None and values[refs[1].name].dtype not in INDEX_DTYPES:
         return None
     tree = _step(node, [tuple(values[r.name].shape) for r in refs], table)
     if tree is None:
@@ -208,7 +216,7 @@ def to_move(node: Node, values: dict[str, Any], foldable: set[str], table: list[
             out["child"] = graft(t["child"])
         if "parts" in t:
             out["parts"] = [{"offset": p["offset"], "child": graft(p["child"])} for p in t["parts"]]
-        if t["op"] == "index" and "k" in t:
+        if t["op"] in ("index", "gather") and "k" in t:
             out["k"] = place(refs[t["k"]])
         return out
 
@@ -218,7 +226,7 @@ def to_move(node: Node, values: dict[str, Any], foldable: set[str], table: list[
 
 def _renumber(t: Tree, mapping: list[int]) -> Tree:
     out = dict(t)
-    if t["op"] in ("in", "index") and "k" in t:
+    if t["op"] in ("in", "index", "gather") and "k" in t:
         out["k"] = mapping[t["k"]]
     if "child" in t:
         out["child"] = _renumber(t["child"], mapping)
@@ -250,6 +258,8 @@ def describe(t: Tree, names: list[str]) -> str:
         how = names[t["k"]] if "k" in t else f"a roll by {shift}" if shift is not None else \
             f"a table of {len(t['table'])}"
         return f"index_select({inner}, dim {t['dim']}, {how})"
+    if op == "gather":
+        return f"gather({inner}, dim {t['dim']}, {names[t['k']]})"
     return f"{op}({inner}, {t['dims']})"
 
 
@@ -567,6 +577,13 @@ class _Emitter:
             # An index out of range (PyTorch raises there) gives 0, not a read outside the tensor.
             return lines + self.guarded([f"{j[d]} >= 0 && {j[d]} < {size}"], t["child"], j, pad,
                                         _fill(0, self.dtype))
+        if op == "gather":          # the index has this step's shape: read it at this element
+            d, size = t["dim"], t["child"]["shape"][t["dim"]]
+            j = list(idx)
+            j[d] = self.temp(lines, pad, f"({self.idx_t})in{t['k']}[{_ravel(idx, t['shape'])}]")
+            # Out of range (PyTorch raises there): 0, not a read outside the tensor.
+            return lines + self.guarded([f"{j[d]} >= 0 && {j[d]} < {size}"], t["child"], j, pad,
+                                        _fill(0, self.dtype))
         if op == "cat":
             d, parts = t["dim"], t["parts"]
             for p_i, part in enumerate(parts):
@@ -626,7 +643,7 @@ def _emit(kernel: str, node: Node, operands: list[Any], idx_t: str, plane: tuple
         "",
         *em.tables,
         _emit_epilogue(graph, node, epi, idx_t),
-        f"extern \"C\" __global__ void __launch_bounds__(BLOCK)",
+        "extern \"C\" __global__ void __launch_bounds__(BLOCK)",
         f"{kernel}({params})",
         "{",
         *gather,

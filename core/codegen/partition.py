@@ -391,6 +391,8 @@ def canonicalize(graph: Graph, rows: bool = False) -> Graph:
             continue
         if n.op in ARANGES and (iota := arange_to_move(n)) is not None:
             b.nodes.append(iota)
+        elif rows and _gather_as_pick(b, n):
+            pass                         # before the move family takes gathers: the pick fuses into its row group
         elif n.op in MOVE_OPS and not (n.op == "flip.default" and scans) and \
                 not (n.op == "permute.default" and is_view(n, b.view)) and \
                 (moved := _as_move(n, b, readers, graph.outputs)) is not None:
@@ -405,8 +407,6 @@ def canonicalize(graph: Graph, rows: bool = False) -> Graph:
                 (n.name in feeding or not is_rowreduce(n, b.view) or (rows and _rows_take(n, b.view))):
             _split_softmax(b, n)
         elif rows and _two_level(b, n):
-            pass
-        elif rows and _gather_as_pick(b, n):
             pass
         elif rows and _hoist_constant_factors(b, n):
             pass

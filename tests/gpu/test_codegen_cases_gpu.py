@@ -6,7 +6,9 @@ trig, atan2/hypot/copysign, float and integer modulo, pow with a tensor exponent
 erfinv/lgamma/erfcx/i0, signbit and bitwise ops, tensor clamp bounds, fp16/bf16 row reductions,
 row groups of a single row (cross-entropy and log-softmax over a batch of one), and the data-movement
 family's cases (tests/test_codegen_move.py: cat, slices, chunk, unbind, pads, transposes, flips,
-roll, KernelBench's exclusive cumsum), alone and next to pointwise and scan kernels."""
+roll, KernelBench's exclusive cumsum, gather), alone and next to pointwise and scan kernels, and the
+ops code generation took on 2026-12-06 (tests/test_codegen_kernelbench_more.py: one-value tensors made
+in forward, nn.Embedding, torch.gather, adaptive pools that divide)."""
 from __future__ import annotations
 
 import random
@@ -17,6 +19,7 @@ from core.codegen import generate
 from core.tasks import load_task_from_source
 from tests.gpu.codegen_check import failures_at
 from tests.test_codegen_cases import HEADER, SYNTHETIC
+from tests.test_codegen_kernelbench_more import CASES as MORE
 from tests.test_codegen_move import CASES as MOVES
 
 pytestmark = pytest.mark.gpu
@@ -48,7 +51,10 @@ def get_init_inputs():
 ''',
 }
 
-SOURCES = {**SYNTHETIC, **ONE_ROW, **{f"move_{k}": v for k, v in MOVES.items()}}
+NEW_OPS = ["conv3d_gn_min_clamp", "scalar_tensors_on_device", "scalar_tensor_half", "embedding", "gather_dim1",
+           "adaptive_avgpool3d", "adaptive_maxpool_indices", "adaptive_avgpool_3x3"]
+
+SOURCES = {**SYNTHETIC, **ONE_ROW, **{f"move_{k}": v for k, v in MOVES.items()}, **{f"new_{k}": MORE[k] for k in NEW_OPS}}
 
 
 @pytest.mark.parametrize("name", sorted(SOURCES))
