@@ -84,11 +84,11 @@ def test_interpreted_ir_matches_model_on_cpu(name):
 
 
 def test_unsupported_op_message_names_op_and_task():
-    # Sliding windows (Tensor.unfold): no family lowers them.
+    # A running maximum: no family lowers it.
     source = HEADER + '''
 class Model(nn.Module):
     def forward(self, x):
-        return x.unfold(1, 4, 2) * 2.0
+        return torch.cummax(x, 1).values * 2.0
 
 def get_inputs():
     return [torch.randn(300, 64)]
@@ -97,10 +97,10 @@ def get_init_inputs():
     return []
 '''
     with pytest.raises(CodegenError) as info:
-        generate(load_task_from_source(source, "windows"))
+        generate(load_task_from_source(source, "running_max"))
     text = str(info.value)
-    assert "'windows'" in text and "'unfold.default'" in text and "\n" not in text
-    assert info.value.ops == ["unfold.default"] and info.value.task == "windows"
+    assert "'running_max'" in text and "'cummax.default'" in text and "\n" not in text
+    assert info.value.ops == ["cummax.default", "getitem"] and info.value.task == "running_max"
     with pytest.raises(CodegenError) as info:
         generate(load_task(UNLOWERED))
     # The op that computes is named first; the getitem of its values is listed after it.

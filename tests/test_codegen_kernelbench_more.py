@@ -6,7 +6,7 @@ lacks (addmm, baddbmm, GLU, the shrinks, log-sigmoid, CELU, ReLU6, amax over two
 nearest upsampling, flip, pad, ceil-mode and dilated pools, label-smoothed cross entropy, Huber), and
 one-value tensors made inside forward (`torch.min(x, torch.tensor(0.5))`), and a third group: masked
 attention and scaled_dot_product_attention, nn.Embedding, torch.gather, one_hot, adaptive pools whose
-output divides the input, residual blocks, an MLP, BCE-with-logits, NLL and margin-ranking losses. Each must generate, and
+output divides the input, sliding windows (Tensor.unfold), diagonals and trace, residual blocks, an MLP, BCE-with-logits, NLL and margin-ranking losses. Each must generate, and
 its CUDA must match the Model under the fuzz harness's CPU emulation (AddressSanitizer on) at the
 default schedule and one random legal schedule."""
 from __future__ import annotations
@@ -148,6 +148,14 @@ CASES = {
     "adaptive_avgpool3d": T(["return F.adaptive_avg_pool3d(x, (2, 3, 1))"], "[torch.randn(2, 4, 4, 6, 5)]"),
     "adaptive_maxpool_indices": T(["v, i = F.adaptive_max_pool2d(x, (2, 4), return_indices=True)", "return v * 2, i"], "[torch.randn(2, 4, 8, 8)]"),
     "adaptive_avgpool1d": T(["return F.adaptive_avg_pool1d(x, 4)"], "[torch.randn(2, 4, 16)]"),
+    "unfold_windows_sum": T(["return x.unfold(1, 4, 2).sum(-1)"], "[torch.randn(16, 32)]"),
+    "unfold_patches_2d": T(["return x.unfold(2, 3, 2).unfold(3, 3, 2) * 2"], "[torch.randn(2, 3, 9, 8)]"),
+    "unfold_fp16_last": T(["return x.unfold(-1, 5, 5)"], "[torch.randn(4, 3, 20).half()]"),
+    "trace": T(["return torch.trace(x).unsqueeze(0)"], "[torch.randn(64, 48)]"),
+    "diagonal_offsets": T(["return torch.diagonal(x, offset=1, dim1=1, dim2=2) * 2 + torch.diagonal(x, offset=-2, dim1=2, dim2=1).sum()"],
+        "[torch.randn(3, 7, 9)]"),
+    "diag_of_matrix": T(["return torch.diag(x, 1) + 1"], "[torch.randn(8, 8)]"),
+    "diag_of_product": T(["return torch.diagonal(a @ b)"], "[torch.randn(16, 24), torch.randn(24, 16)]", args="a, b"),
 }
 
 

@@ -91,6 +91,10 @@ CASES = {
     "upsample_2x": _source("x):\n        return F.interpolate(x, scale_factor=2, mode='nearest')", "[torch.randn(2, 3, 4, 5)]"),
     "upsample_sizes": _source("x):\n        return F.interpolate(x, size=(7, 5), mode='nearest')", "[torch.randn(1, 2, 3, 4)]"),
     "advanced_index": _source("x, i):\n        return x[:, i] * 2", "[torch.randn(4, 6), torch.randint(0, 6, (9,))]"),
+    # Sliding windows (Tensor.unfold, twice: 2-D patches) and diagonals (offsets both ways, trace).
+    "unfold_patches": _source("x):\n        return x.unfold(2, 3, 2).unfold(3, 3, 2) * 2", "[torch.randn(2, 3, 9, 8)]"),
+    "diagonals": _source("x):\n        return torch.diagonal(x, 1, 1, 2), torch.diagonal(x, -2, 2, 1) + 1",
+                         "[torch.randn(3, 7, 9)]"),
     # torch.gather: an index of the result's shape.
     "gather_fp16": _source("x, i):\n        return torch.gather(x, 0, i) + 1", "[torch.randn(7, 5).half(), torch.randint(0, 7, (4, 5))]"),
     "split_sizes_pad": _source("x):\n        a, b = torch.split(x, [3, 5], dim=0)\n        return F.pad(b, (2, 2)), a.t()",

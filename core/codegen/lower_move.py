@@ -1,7 +1,8 @@
 """The data-movement family: cat, slicing (slice, select, and split / chunk / unbind through them),
 constant / replicate / reflect padding, permute / transpose copies, flips that no scan takes,
-index_select (torch.roll, x[:, i]), torch.gather (nn.Embedding arrives as index_select), nearest
-upsampling and arange: one gather kernel for a whole chain of them.
+index_select (torch.roll, x[:, i]), torch.gather (nn.Embedding arrives as index_select), sliding
+windows (Tensor.unfold), diagonals (torch.diagonal, trace's), nearest upsampling and arange: one
+gather kernel for a whole chain of them.
 
 partition.canonicalize rewrites each such op into a `ca_move.default` node (to_move). Its attrs
 hold a *tree*, plain data, that maps the node's output back to its tensor operands. When an
@@ -21,6 +22,9 @@ transpose of a slice. Tree steps, each with the `shape` of its result:
                                                              (torch.roll's arange + shift, mod n)
     {"op": "gather", "dim": D, "k": K, ...}                  child[.., idx_K[i, j, ..], ..] (torch.gather: the
                                                              index has the result's shape)
+    {"op": "windows", "dim": D, "step": T, ...}              Tensor.unfold: out[.., i, .., w] = child[.., i*T + w, ..]
+    {"op": "diagonal", "dims": [D1, D2], "offset": O, ...}   out[.., k] = child[.., k + max(-O, 0) at D1,
+                                                             .., k + max(O, 0) at D2, ..] (torch.diagonal)
     {"op": "const", "value": V, ...}                         a constant operand (zeros_like, full)
     {"op": "iota", "start": S, "step": T, ...}               arange: S + i * T along its one dim
 
@@ -53,7 +57,8 @@ from core.codegen.schedule import Knob, ScheduleSpec
 MOVE = "ca_move.default"
 # ATen ops that to_move rewrites (flip only where no scan takes it: see partition.canonicalize).
 MOVE_OPS = {"cat.default", "slice.Tensor", "select.int", "constant_pad_nd.default", "permute.default",
-            "transpose.int", "t.default", "flip.default", "index_select.default", "gather.default"}
+            "transpose.int", "t.default", "flip.default", "index_select.default", "gather.default",
+            "unfold.default", "diagonal.default"}
 # Ops whose second tensor operand is an index, not data of the result's dtype.
 INDEXED_OPS = ("index_select.default", "gather.default")
 # Index arithmetic (tril / triu / eye decompose to aranges compared with each other): written once
@@ -129,6 +134,17 @@ def _step(node: Node, shapes: list[tuple[int, ...]], table: list[int] | None = N
         if len(shapes) < 2 or len(shapes[1]) > 1:
             return None
         return {"op": "index", "dim": _norm(a["dim"], rank), "k": 1, "shape": out, "child": leaf(0)}
+    if node.op == "unfold.default":
+        d, size, step = _norm(a["dimension"], rank), a["size"], a["step"]
+        if step < 1 or size < 1 or (rank and size > src[d]):
+            return None
+        return {"op": "windows", "dim": d, "step": step, "shape": out, "child": leaf(0)}
+    if node.op == "diagonal.default":
+        d1, d2 = _norm(a.get("dim1", 0), rank), _norm(a.get("dim2", 1), rank)
+        if d1 == d2:
+            return None
+        return {"op": "diagonal", "dims": [d1, d2], "offset": a.get("offset", 0) or 0, "shape": out,
+                "child": leaf(0)}
     if node.op == "gather.default":
         if len(shapes) < 2 or len(shapes[1]) != rank or list(shapes[1]) != out:
             return None
@@ -260,6 +276,10 @@ def describe(t: Tree, names: list[str]) -> str:
         return f"index_select({inner}, dim {t['dim']}, {how})"
     if op == "gather":
         return f"gather({inner}, dim {t['dim']}, {names[t['k']]})"
+    if op == "windows":
+        return f"unfold({inner}, dim {t['dim']}, size {t['shape'][-1]}, step {t['step']})"
+    if op == "diagonal":
+        return f"diagonal({inner}, offset {t['offset']}, dims {t['dims']})"
     return f"{op}({inner}, {t['dims']})"
 
 
@@ -577,6 +597,24 @@ class _Emitter:
             # An index out of range (PyTorch raises there) gives 0, not a read outside the tensor.
             return lines + self.guarded([f"{j[d]} >= 0 && {j[d]} < {size}"], t["child"], j, pad,
                                         _fill(0, self.dtype))
+        if op == "windows":         # the window's position is the last index; dim d picks the window
+            d = t["dim"]
+            j = list(idx[:-1])
+            j[d] = self.temp(lines, pad, f"({idx[d]}) * {t['step']} + ({idx[-1]})")
+            return lines + self.gen(t["child"], j, pad)
+        if op == "diagonal":        # the two dims leave; the last index walks the diagonal
+            (d1, d2), off = t["dims"], t["offset"]
+            rest = iter(idx[:-1])
+            k = idx[-1]
+            j = [""] * len(t["child"]["shape"])
+            for d in range(len(j)):
+                if d == d1:
+                    j[d] = self.temp(lines, pad, f"({k}) + {-off}") if off < 0 else k
+                elif d == d2:
+                    j[d] = self.temp(lines, pad, f"({k}) + {off}") if off > 0 else k
+                else:
+                    j[d] = next(rest)
+            return lines + self.gen(t["child"], j, pad)
         if op == "gather":          # the index has this step's shape: read it at this element
             d, size = t["dim"], t["child"]["shape"][t["dim"]]
             j = list(idx)

@@ -8,7 +8,7 @@ row groups of a single row (cross-entropy and log-softmax over a batch of one), 
 family's cases (tests/test_codegen_move.py: cat, slices, chunk, unbind, pads, transposes, flips,
 roll, KernelBench's exclusive cumsum, gather), alone and next to pointwise and scan kernels, and the
 ops code generation took on 2026-12-06 (tests/test_codegen_kernelbench_more.py: one-value tensors made
-in forward, nn.Embedding, torch.gather, adaptive pools that divide)."""
+in forward, nn.Embedding, torch.gather, adaptive pools that divide, unfold, diagonal)."""
 from __future__ import annotations
 
 import random
@@ -52,7 +52,7 @@ def get_init_inputs():
 }
 
 NEW_OPS = ["conv3d_gn_min_clamp", "scalar_tensors_on_device", "scalar_tensor_half", "embedding", "gather_dim1",
-           "adaptive_avgpool3d", "adaptive_maxpool_indices", "adaptive_avgpool_3x3"]
+           "adaptive_avgpool3d", "adaptive_maxpool_indices", "adaptive_avgpool_3x3", "trace"]
 
 SOURCES = {**SYNTHETIC, **ONE_ROW, **{f"move_{k}": v for k, v in MOVES.items()}, **{f"new_{k}": MORE[k] for k in NEW_OPS}}
 
