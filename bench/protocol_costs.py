@@ -63,7 +63,7 @@ def costs(path: Path, reps: int) -> list[tuple[str, float, str]]:
     row("  float32 sums instead", lambda: [float(torch.sum(f)) for f in floats])
     snapshot = row("snapshot (clone inputs)", lambda: [t.clone() for t in tensors])
     row("mutation check (torch.equal)", lambda: [torch.equal(a, b) for a, b in zip(tensors, snapshot)])
-    del snapshot
+    snapshot = None     # free it (the lambdas above ran already)
 
     with torch.no_grad():
         outs = row("eager forward (task dtype)", lambda: _as_list(model(*inputs)))
@@ -72,7 +72,7 @@ def costs(path: Path, reps: int) -> list[tuple[str, float, str]]:
         row("unwritten check (poisoned_mask.sum)", lambda: [int(poisoned_mask(o).sum()) for o in outs])
         firsts = [o.clone() for o in outs]
         row("repetition compare (torch.equal)", lambda: [torch.equal(a, b) for a, b in zip(outs, firsts)])
-        del firsts
+        firsts = None
 
         m64 = row("model.double()", lambda: task.make_model(1, dev).double())
         x64 = row("inputs .double()", lambda: [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point()
