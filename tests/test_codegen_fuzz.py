@@ -4,7 +4,7 @@ A seeded generator writes KernelBench-format task sources (class Model, get_inpu
 get_init_inputs) in each family: pointwise chains with broadcasting over inputs of different ranks,
 reductions over any dims (keepdim both ways), softmax / log-softmax over any dim, the norms, the
 losses (K-dim cross-entropy included), scans and pooling, chains of data moves (cat, slices, pads,
-transposes, flips, chunk, roll, select, index_select) with an op after them, few long reductions / scans / rows (the
+transposes, flips, chunk, roll, select, index_select, gather, unfold, diagonal) with an op after them, few long reductions / scans / rows (the
 split paths), reductions whose results are used on the elements again ("compose"), and matrix
 products (torch.matmul with transposed operands, batches and a batch times one matrix, F.linear,
 addmm with alpha and beta) and convolutions (1-D to 3-D, groups, strides, padding, dilation) with
@@ -521,8 +521,8 @@ def gen_long(rng: random.Random, name: str) -> FuzzCase:
 
 def gen_move(rng: random.Random, name: str) -> FuzzCase:
     """A chain of one to three data moves (slices, pads that may crop, cat with another input, a
-    transpose, a flip, chunk, roll, select, index_select), then maybe an elementwise op, a sum, a
-    cumsum, tril or triu on the result."""
+    transpose, a flip, chunk, roll, select, index_select, gather, sliding windows, a diagonal), then
+    maybe an elementwise op, a sum, a cumsum, tril or triu on the result."""
     rank = rng.randint(1, 4)
     shape = _shape(rng, rank, limit=3000)
     dtype = rng.choices([F32, F16, BF16, "torch.int64"], weights=[4, 1, 1, 1])[0]
@@ -534,7 +534,8 @@ def gen_move(rng: random.Random, name: str) -> FuzzCase:
         d = rng.randrange(r)
         kinds = ["slice", "pad", "cat", "flip", "roll", "index_select"] + (["transpose"] if r >= 2 else []) + \
             (["chunk"] if cur[d] >= 2 else []) + (["select"] if r >= 2 else []) + \
-            (["pad_mode"] if r >= 2 and dtype != "torch.int64" else []) + (["upsample"] if 3 <= r <= 5 else [])
+            (["pad_mode"] if r >= 2 and dtype != "torch.int64" else []) + (["upsample"] if 3 <= r <= 5 else []) + \
+            ["gather"] + (["unfold"] if r <= 4 else []) + (["diagonal"] if r >= 2 else [])
         kind = rng.choice(kinds)
         nv = f"v{step}"
         if kind == "slice":
@@ -593,6 +594,24 @@ def gen_move(rng: random.Random, name: str) -> FuzzCase:
             inputs.append(f"torch.randint(0, {cur[d]}, ({k},))")
             body.append(f"{nv} = torch.index_select({v}, {d}, i{step})")
             cur[d] = k
+        elif kind == "gather":                  # an index of the result's shape, k picks along d
+            index = list(cur)
+            index[d] = rng.randint(1, 6)
+            args.append(f"i{step}")
+            inputs.append(f"torch.randint(0, {cur[d]}, {tuple(index)!r})")
+            body.append(f"{nv} = torch.gather({v}, {d - r if rng.random() < 0.3 else d}, i{step})")
+            cur = index
+        elif kind == "unfold":                  # windows of `size` every `st` along d, as a new last dim
+            size, st = rng.randint(1, cur[d]), rng.randint(1, 3)
+            body.append(f"{nv} = {v}.unfold({d}, {size}, {st})")
+            cur[d] = (cur[d] - size) // st + 1
+            cur.append(size)
+        elif kind == "diagonal":
+            e = rng.choice([x for x in range(r) if x != d])
+            off = rng.randint(-(cur[d] - 1), cur[e] - 1)
+            length = min(cur[d], cur[e] - off) if off >= 0 else min(cur[d] + off, cur[e])
+            body.append(f"{nv} = torch.diagonal({v}, {off}, {d}, {e})")
+            cur = [c for k, c in enumerate(cur) if k not in (d, e)] + [length]
         elif kind == "transpose":
             e = rng.choice([x for x in range(r) if x != d])
             body.append(f"{nv} = {v}.transpose({d}, {e})" + (".contiguous()" if rng.random() < 0.5 else ""))
