@@ -4,7 +4,7 @@ A seeded generator writes KernelBench-format task sources (class Model, get_inpu
 get_init_inputs) in each family: pointwise chains with broadcasting over inputs of different ranks,
 reductions over any dims (keepdim both ways), softmax / log-softmax over any dim, the norms, the
 losses (K-dim cross-entropy included), scans and pooling, chains of data moves (cat, slices, pads,
-transposes, flips, chunk, roll, select, index_select, gather, unfold, diagonal) with an op after them, few long reductions / scans / rows (the
+transposes, flips, chunk, roll, select, index_select, gather, advanced indexing, unfold, diagonal) with an op after them, few long reductions / scans / rows (the
 split paths), reductions whose results are used on the elements again ("compose"), and matrix
 products (torch.matmul with transposed operands, batches and a batch times one matrix, F.linear,
 addmm with alpha and beta) and convolutions (1-D to 3-D, groups, strides, padding, dilation) with
@@ -521,8 +521,8 @@ def gen_long(rng: random.Random, name: str) -> FuzzCase:
 
 def gen_move(rng: random.Random, name: str) -> FuzzCase:
     """A chain of one to three data moves (slices, pads that may crop, cat with another input, a
-    transpose, a flip, chunk, roll, select, index_select, gather, sliding windows, a diagonal), then
-    maybe an elementwise op, a sum, a cumsum, tril or triu on the result."""
+    transpose, a flip, chunk, roll, select, index_select, gather, x[:, i, j], sliding windows, a
+    diagonal), then maybe an elementwise op, a sum, a cumsum, tril or triu on the result."""
     rank = rng.randint(1, 4)
     shape = _shape(rng, rank, limit=3000)
     dtype = rng.choices([F32, F16, BF16, "torch.int64"], weights=[4, 1, 1, 1])[0]
@@ -535,7 +535,8 @@ def gen_move(rng: random.Random, name: str) -> FuzzCase:
         kinds = ["slice", "pad", "cat", "flip", "roll", "index_select"] + (["transpose"] if r >= 2 else []) + \
             (["chunk"] if cur[d] >= 2 else []) + (["select"] if r >= 2 else []) + \
             (["pad_mode"] if r >= 2 and dtype != "torch.int64" else []) + (["upsample"] if 3 <= r <= 5 else []) + \
-            ["gather"] + (["unfold"] if r <= 4 else []) + (["diagonal"] if r >= 2 else [])
+            ["gather"] + (["unfold"] if r <= 4 else []) + (["diagonal"] if r >= 2 else []) + \
+            (["take"] if r >= 2 else [])
         kind = rng.choice(kinds)
         nv = f"v{step}"
         if kind == "slice":
@@ -601,6 +602,15 @@ def gen_move(rng: random.Random, name: str) -> FuzzCase:
             inputs.append(f"torch.randint(0, {cur[d]}, {tuple(index)!r})")
             body.append(f"{nv} = torch.gather({v}, {d - r if rng.random() < 0.3 else d}, i{step})")
             cur = index
+        elif kind == "take":                    # x[:, i, j]: two index tensors on dims d, d + 1 (or d - 1, d)
+            e = d + 1 if d + 1 < r else d - 1
+            lo, hi = min(d, e), max(d, e)
+            bshape = [rng.randint(1, 5) for _ in range(rng.randint(1, 2))]
+            args += [f"i{step}", f"j{step}"]
+            inputs += [f"torch.randint(-{cur[lo]}, {cur[lo]}, {tuple(bshape)!r})",
+                       f"torch.randint(0, {cur[hi]}, {tuple(bshape[-1:])!r})"]
+            body.append(f"{nv} = {v}[{':, ' * lo}i{step}, j{step}]")
+            cur = cur[:lo] + bshape + cur[hi + 1:]
         elif kind == "unfold":                  # windows of `size` every `st` along d, as a new last dim
             size, st = rng.randint(1, cur[d]), rng.randint(1, 3)
             body.append(f"{nv} = {v}.unfold({d}, {size}, {st})")

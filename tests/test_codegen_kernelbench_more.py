@@ -5,7 +5,8 @@ instance / batch / group / layer norms, pools, softmax and log-softmax), level-1
 lacks (addmm, baddbmm, GLU, the shrinks, log-sigmoid, CELU, ReLU6, amax over two dims, pixel shuffle,
 nearest upsampling, flip, pad, ceil-mode and dilated pools, label-smoothed cross entropy, Huber), and
 one-value tensors made inside forward (`torch.min(x, torch.tensor(0.5))`), and a third group: masked
-attention and scaled_dot_product_attention, nn.Embedding, torch.gather, one_hot, adaptive pools whose
+attention and scaled_dot_product_attention, nn.Embedding, torch.gather, advanced indexing (x[i, j],
+a hand-written NLL's logp[torch.arange(n), t]), one_hot, adaptive pools whose
 output divides the input, sliding windows (Tensor.unfold), diagonals and trace, residual blocks, an MLP, BCE-with-logits, NLL and margin-ranking losses. Each must generate, and
 its CUDA must match the Model under the fuzz harness's CPU emulation (AddressSanitizer on) at the
 default schedule and one random legal schedule."""
@@ -101,6 +102,17 @@ CASES = {
     "scalar_first": T(["return torch.tensor(1.0) - x + torch.where(x > 0, torch.tensor(0.0), x) * torch.tensor(2, dtype=torch.int32)"], "[torch.randn(16, 32)]"),
     "scalar_clamp_tensor": T(["return torch.clamp(x, min=torch.tensor(-0.5), max=torch.tensor(0.5)) + torch.pow(torch.tensor(2.0), x)"], "[torch.randn(16, 32).half()]"),
     "scalar_nan_inf": T(["return torch.maximum(x, torch.tensor(float('-inf'))) + torch.fmax(x, torch.tensor(float('nan')))"], "[torch.randn(16, 32)]"),
+    "nll_by_hand": T(["logp = torch.log_softmax(x, dim=1)", "return -logp[torch.arange(x.shape[0]), t].mean()"],
+        "[torch.randn(32, 10), torch.randint(0, 10, (32,))]", args="x, t"),
+    "two_index_tensors": T(["return x[i, j] * 2"], "[torch.randn(12, 9), torch.randint(0, 12, (5, 4)), torch.randint(0, 9, (5, 4))]", args="x, i, j"),
+    "index_inner_dims": T(["return x[:, i, j]"], "[torch.randn(3, 12, 9), torch.randint(0, 12, (7,)), torch.randint(0, 9, (7,))]", args="x, i, j"),
+    "index_2d_tensor": T(["return x[i]"], "[torch.randn(12, 9), torch.randint(0, 12, (5, 4))]", args="x, i"),
+    "bool_mask_where": T(["return torch.where(m, x, torch.zeros_like(x)).sum(dim=1)"], "[torch.randn(12, 9), torch.rand(12, 9) > 0.5]", args="x, m"),
+    "index_negative": T(["return x[i, j]"], "[torch.randn(12, 9), torch.randint(-12, 12, (6,)), torch.randint(-9, 9, (6,))]", args="x, i, j"),
+    "index_not_adjacent": T(["return x[i, :, j] + 1"], "[torch.randn(5, 4, 7).half(), torch.randint(0, 5, (3, 2)), torch.randint(0, 7, (3, 2))]", args="x, i, j"),
+    "index_broadcast": T(["return x[i[:, None], j[None, :]]"], "[torch.randn(12, 9), torch.randint(0, 12, (5,)), torch.randint(0, 9, (4,))]", args="x, i, j"),
+    "index_after_transpose_int": T(["return x.t()[i, j] * 3"], "[torch.randint(-9, 9, (8, 6)), torch.randint(0, 6, (4,)), torch.randint(0, 8, (4,))]", args="x, i, j"),
+    "index_trailing_dims": T(["return x[i, j]"], "[torch.randn(6, 5, 3, 2), torch.randint(0, 6, (4,)), torch.randint(0, 5, (4,))]", args="x, i, j"),
     "scalar_tensor_half": T(["return torch.min(x, torch.tensor(0.1)) + torch.tensor(True)"], "[torch.randn(64, 100).half()]"),
     "permute_scale": T(["return x.permute(0, 2, 3, 1) * 2.0"], "[torch.randn(2, 8, 6, 10)]"),
     "attention_masked": T(["s = q @ k.transpose(-2, -1) / 8.0", "s = s.masked_fill(self.mask[:16, :16] == 0, float('-inf'))",

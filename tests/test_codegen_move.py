@@ -95,6 +95,10 @@ CASES = {
     "unfold_patches": _source("x):\n        return x.unfold(2, 3, 2).unfold(3, 3, 2) * 2", "[torch.randn(2, 3, 9, 8)]"),
     "diagonals": _source("x):\n        return torch.diagonal(x, 1, 1, 2), torch.diagonal(x, -2, 2, 1) + 1",
                          "[torch.randn(3, 7, 9)]"),
+    # Advanced indexing: two index tensors (negative values count from the end), dims not adjacent.
+    "take_two": _source("x, i, j):\n        return x[i, j]", "[torch.randn(12, 9), torch.randint(-12, 12, (6,)), torch.randint(-9, 9, (6,))]"),
+    "take_apart_fp16": _source("x, i, j):\n        return x[i, :, j] + 1",
+                               "[torch.randn(5, 4, 7).half(), torch.randint(0, 5, (3, 2)), torch.randint(0, 7, (3, 2))]"),
     # torch.gather: an index of the result's shape.
     "gather_fp16": _source("x, i):\n        return torch.gather(x, 0, i) + 1", "[torch.randn(7, 5).half(), torch.randint(0, 7, (4, 5))]"),
     "split_sizes_pad": _source("x):\n        a, b = torch.split(x, [3, 5], dim=0)\n        return F.pad(b, (2, 2)), a.t()",

@@ -1,6 +1,7 @@
 """The data-movement family: cat, slicing (slice, select, and split / chunk / unbind through them),
 constant / replicate / reflect padding, permute / transpose copies, flips that no scan takes,
-index_select (torch.roll, x[:, i]), torch.gather (nn.Embedding arrives as index_select), sliding
+index_select (torch.roll, x[:, i]), advanced indexing (x[i, j], x[torch.arange(n), t]), torch.gather
+(nn.Embedding arrives as index_select), sliding
 windows (Tensor.unfold), diagonals (torch.diagonal, trace's), nearest upsampling and arange: one
 gather kernel for a whole chain of them.
 
@@ -22,6 +23,9 @@ transpose of a slice. Tree steps, each with the `shape` of its result:
                                                              (torch.roll's arange + shift, mod n)
     {"op": "gather", "dim": D, "k": K, ...}                  child[.., idx_K[i, j, ..], ..] (torch.gather: the
                                                              index has the result's shape)
+    {"op": "take", "dims": [D...], "ks": [K...], "ishapes": [...], "bshape": B, "lead": L, ...}
+                                                             x[i, j] (index.Tensor): the index tensors K (shapes
+                                                             `ishapes`) broadcast to B, which sits at out dim L
     {"op": "windows", "dim": D, "step": T, ...}              Tensor.unfold: out[.., i, .., w] = child[.., i*T + w, ..]
     {"op": "diagonal", "dims": [D1, D2], "offset": O, ...}   out[.., k] = child[.., k + max(-O, 0) at D1,
                                                              .., k + max(O, 0) at D2, ..] (torch.diagonal)
@@ -58,9 +62,9 @@ MOVE = "ca_move.default"
 # ATen ops that to_move rewrites (flip only where no scan takes it: see partition.canonicalize).
 MOVE_OPS = {"cat.default", "slice.Tensor", "select.int", "constant_pad_nd.default", "permute.default",
             "transpose.int", "t.default", "flip.default", "index_select.default", "gather.default",
-            "unfold.default", "diagonal.default"}
-# Ops whose second tensor operand is an index, not data of the result's dtype.
-INDEXED_OPS = ("index_select.default", "gather.default")
+            "unfold.default", "diagonal.default", "index.Tensor"}
+# Ops whose tensor operands after the first are indices, not data of the result's dtype.
+INDEXED_OPS = ("index_select.default", "gather.default", "index.Tensor")
 # Index arithmetic (tril / triu / eye decompose to aranges compared with each other): written once
 # to a small buffer by a move kernel, then read, broadcast, by the elementwise ops.
 ARANGES = {"arange.start_step", "arange.default", "arange.start"}
@@ -134,6 +138,8 @@ def _step(node: Node, shapes: list[tuple[int, ...]], table: list[int] | None = N
         if len(shapes) < 2 or len(shapes[1]) > 1:
             return None
         return {"op": "index", "dim": _norm(a["dim"], rank), "k": 1, "shape": out, "child": leaf(0)}
+    if node.op == "index.Tensor":
+        return _take_step(a.get("indices") or [], src, [list(s) for s in shapes[1:]], out, leaf(0))
     if node.op == "unfold.default":
         d, size, step = _norm(a["dimension"], rank), a["size"], a["step"]
         if step < 1 or size < 1 or (rank and size > src[d]):
@@ -162,10 +168,35 @@ def _step(node: Node, shapes: list[tuple[int, ...]], table: list[int] | None = N
     return None
 
 
+def _take_step(indices: list, src: tuple[int, ...], ishapes: list[list[int]], out: list[int], child: Tree) -> Tree | None:
+    """x[..., i, j, ...] with index tensors (PyTorch's advanced indexing): they broadcast to one shape
+    B, which replaces the indexed dims where those are adjacent, else comes first."""
+    dims = [d for d, i in enumerate(indices) if i is not None]
+    if not dims or len(ishapes) != len(dims):
+        return None
+    bshape: list[int] = []
+    for shape in ishapes:                       # broadcast, right-aligned
+        width = max(len(bshape), len(shape))
+        a, b = [1] * (width - len(bshape)) + bshape, [1] * (width - len(shape)) + shape
+        if any(x != y and 1 not in (x, y) for x, y in zip(a, b)):
+            return None
+        bshape = [max(x, y) if 1 in (x, y) else x for x, y in zip(a, b)]
+    rest = [d for d in range(len(src)) if d not in dims]
+    lead = dims[0] if dims == list(range(dims[0], dims[-1] + 1)) else 0
+    if [src[d] for d in rest[:lead]] + bshape + [src[d] for d in rest[lead:]] != list(out):
+        return None
+    return {"op": "take", "dims": dims, "ks": list(range(1, len(dims) + 1)), "ishapes": ishapes, "bshape": bshape,
+            "lead": lead, "shape": list(out), "child": child}
+
+
 def tensor_operands(node: Node) -> list[Ref]:
-    """The node's tensor operands in order (cat keeps them in its `tensors` attribute)."""
+    """The node's tensor operands in order (cat keeps them in its `tensors` attribute; index.Tensor
+    its index tensors in `indices`, after the indexed tensor)."""
     if node.op == "cat.default" and not node.operands:
         return [t for t in node.attrs.get("tensors", []) if isinstance(t, Ref)]
+    if node.op == "index.Tensor":
+        return [o for o in node.operands[:1] if isinstance(o, Ref)] + \
+            [i for i in node.attrs.get("indices") or [] if isinstance(i, Ref)]
     return [o for o in node.operands if isinstance(o, Ref)]
 
 
@@ -203,7 +234,7 @@ def to_move(node: Node, values: dict[str, Any], foldable: set[str], table: list[
     data = refs[:1] if node.op in INDEXED_OPS else refs
     if any(values[r.name].dtype != node.dtype for r in data):
         return None
-    if node.op in INDEXED_OPS and table is None and values[refs[1].name].dtype not in INDEX_DTYPES:
+    if node.op in INDEXED_OPS and table is None and any(values[r.name].dtype not in INDEX_DTYPES for r in refs[1:]):
         return None
     tree = _step(node, [tuple(values[r.name].shape) for r in refs], table)
     if tree is None:
@@ -234,6 +265,8 @@ def to_move(node: Node, values: dict[str, Any], foldable: set[str], table: list[
             out["parts"] = [{"offset": p["offset"], "child": graft(p["child"])} for p in t["parts"]]
         if t["op"] in ("index", "gather") and "k" in t:
             out["k"] = place(refs[t["k"]])
+        if t["op"] == "take":
+            out["ks"] = [place(refs[k]) for k in t["ks"]]
         return out
 
     tree = graft(tree)
@@ -244,6 +277,8 @@ def _renumber(t: Tree, mapping: list[int]) -> Tree:
     out = dict(t)
     if t["op"] in ("in", "index", "gather") and "k" in t:
         out["k"] = mapping[t["k"]]
+    if t["op"] == "take":
+        out["ks"] = [mapping[k] for k in t["ks"]]
     if "child" in t:
         out["child"] = _renumber(t["child"], mapping)
     if "parts" in t:
@@ -276,6 +311,10 @@ def describe(t: Tree, names: list[str]) -> str:
         return f"index_select({inner}, dim {t['dim']}, {how})"
     if op == "gather":
         return f"gather({inner}, dim {t['dim']}, {names[t['k']]})"
+    if op == "take":
+        where = ", ".join(names[t["ks"][t["dims"].index(d)]] if d in t["dims"] else ":"
+                          for d in range(t["dims"][-1] + 1))
+        return f"{inner}[{where}]"
     if op == "windows":
         return f"unfold({inner}, dim {t['dim']}, size {t['shape'][-1]}, step {t['step']})"
     if op == "diagonal":
@@ -597,6 +636,23 @@ class _Emitter:
             # An index out of range (PyTorch raises there) gives 0, not a read outside the tensor.
             return lines + self.guarded([f"{j[d]} >= 0 && {j[d]} < {size}"], t["child"], j, pad,
                                         _fill(0, self.dtype))
+        if op == "take":            # each indexed dim reads its index tensor at the broadcast position
+            lead, nb, size = t["lead"], len(t["bshape"]), t["child"]["shape"]
+            b = idx[lead:lead + nb]
+            others = iter(idx[:lead] + idx[lead + nb:])
+            j, conds = [""] * len(size), []
+            for d in range(len(size)):
+                if d not in t["dims"]:
+                    j[d] = next(others)
+                    continue
+                q = t["dims"].index(d)
+                ishape = t["ishapes"][q]
+                at = [b[nb - len(ishape) + e] if n != 1 else "0" for e, n in enumerate(ishape)]
+                v = self.temp(lines, pad, f"({self.idx_t})in{t['ks'][q]}[{_ravel(at, ishape)}]")
+                j[d] = self.temp(lines, pad, f"{v} < 0 ? {v} + {size[d]} : {v}")     # negative: from the end
+                conds.append(f"{j[d]} >= 0 && {j[d]} < {size[d]}")
+            # Out of range (PyTorch raises there): 0, not a read outside the tensor.
+            return lines + self.guarded(conds, t["child"], j, pad, _fill(0, self.dtype))
         if op == "windows":         # the window's position is the last index; dim d picks the window
             d = t["dim"]
             j = list(idx[:-1])
