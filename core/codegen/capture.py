@@ -51,8 +51,9 @@ def decomposition_table() -> Any:
 
 def _embedding_rows(weight: torch.Tensor, indices: torch.Tensor, padding_idx: int = -1,
                     scale_grad_by_freq: bool = False, sparse: bool = False) -> torch.Tensor:
-    """nn.Embedding's forward as an index_select of the weight's rows (the move family lowers it;
-    torch's own decomposition gives an index.Tensor, which no family takes for 2-D indices)."""
+    """nn.Embedding's forward as an index_select of the weight's rows over the flattened indices,
+    then a view: the move family copies whole rows (torch's own decomposition gives an index.Tensor
+    with the 2-D index, a general gather)."""
     rows = torch.ops.aten.index_select.default(weight, 0, indices.reshape(-1))
     return rows.view(*indices.shape, weight.shape[-1])
 
