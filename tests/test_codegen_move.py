@@ -1,6 +1,6 @@
 """The data-movement family (core/codegen/lower_move.py): cat, slicing, split / chunk / unbind,
-constant padding, permute / transpose copies, standalone flips and index_select become one gather
-kernel per chain, alone or next to the other families' kernels.
+constant padding, permute / transpose copies, standalone flips, index_select, gather, advanced
+indexing, unfold and diagonal become one gather kernel per chain, alone or next to the other families' kernels.
 
 The generated programs run on the CPU under test_codegen_scan's emulation of CUDA (AddressSanitizer
 on: a read past an operand fails the run) and are compared with eager PyTorch; they compile with
