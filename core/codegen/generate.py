@@ -87,7 +87,7 @@ def _available() -> str:
     parts = ["elementwise ops (arithmetic, comparisons, where, clamp, the common activations)",
              "softmax / log-softmax and sum / mean / amax / amin over the last dim",
              "data movement (cat, slicing, split / chunk / unbind, constant padding, permute / transpose, "
-             "flip, index_select) as copies"]
+             "flip, index_select, gather, integer indexing, unfold, diagonal) as copies"]
     text = {"reduce": "reductions over any dims (sum, mean, prod, max/min, argmax/argmin, var/std, "
                       "norms) with elementwise ops around them; a gather of one element per row along one dim "
                       "(cross-entropy, NLL, also over [N, C, d...])",
