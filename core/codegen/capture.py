@@ -215,10 +215,6 @@ def _is_scalar(value: Any) -> bool:
     return isinstance(value, torch.Tensor) and value.dim() == 0 and value.device.type != "meta"
 
 
-def _fx_args(fx_node: torch.fx.Node) -> list[torch.fx.Node]:
-    return _fx_args_of((fx_node.args, fx_node.kwargs))
-
-
 def _fx_args_of(value: Any) -> list[torch.fx.Node]:
     """The graph nodes an argument (possibly nested in lists, tuples and dicts) refers to."""
     found: list[torch.fx.Node] = []
@@ -228,7 +224,7 @@ def _fx_args_of(value: Any) -> list[torch.fx.Node]:
 
 def _folds(fx_node: torch.fx.Node, made: dict[str, torch.Tensor]) -> bool:
     """The node computes from one-value constants alone (a clone, a dtype conversion, 2 * c)."""
-    args = _fx_args(fx_node)
+    args = _fx_args_of((fx_node.args, fx_node.kwargs))
     return bool(args) and all(a.name in made for a in args)
 
 

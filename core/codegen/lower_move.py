@@ -174,16 +174,12 @@ def _take_step(indices: list, src: tuple[int, ...], ishapes: list[list[int]], ou
     dims = [d for d, i in enumerate(indices) if i is not None]
     if not dims or len(ishapes) != len(dims):
         return None
-    bshape: list[int] = []
-    for shape in ishapes:                       # broadcast, right-aligned
-        width = max(len(bshape), len(shape))
-        a, b = [1] * (width - len(bshape)) + bshape, [1] * (width - len(shape)) + shape
-        if any(x != y and 1 not in (x, y) for x, y in zip(a, b)):
-            return None
-        bshape = [max(x, y) if 1 in (x, y) else x for x, y in zip(a, b)]
     rest = [d for d in range(len(src)) if d not in dims]
     lead = dims[0] if dims == list(range(dims[0], dims[-1] + 1)) else 0
-    if [src[d] for d in rest[:lead]] + bshape + [src[d] for d in rest[lead:]] != list(out):
+    nb = max(len(s) for s in ishapes)
+    bshape = list(out[lead:lead + nb])          # the traced result holds B; check that it is theirs
+    if [src[d] for d in rest[:lead]] + bshape + [src[d] for d in rest[lead:]] != list(out) or \
+            any(n not in (1, m) for s in ishapes for n, m in zip(s, bshape[nb - len(s):])):
         return None
     return {"op": "take", "dims": dims, "ks": list(range(1, len(dims) + 1)), "ishapes": ishapes, "bshape": bshape,
             "lead": lead, "shape": list(out), "child": child}
