@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from core.evaluation.compare import close_mask, fast_match, fingerprint, poison_, poisoned_mask
+from core.evaluation.compare import close_mask, count_poisoned, fast_match, fingerprint, poison_, poisoned_mask
 from core.tasks import load_task
 
 
@@ -70,6 +70,7 @@ def costs(path: Path, reps: int) -> list[tuple[str, float, str]]:
         obytes = sum(o.numel() * o.element_size() for o in outs)
         row("poison outputs", lambda: [poison_(o) for o in outs])
         row("unwritten check (poisoned_mask.sum)", lambda: [int(poisoned_mask(o).sum()) for o in outs])
+        row("unwritten check (count_poisoned, as shipped)", lambda: [count_poisoned(o) for o in outs])
         firsts = [o.clone() for o in outs]
         row("repetition compare (torch.equal)", lambda: [torch.equal(a, b) for a, b in zip(outs, firsts)])
         firsts = None

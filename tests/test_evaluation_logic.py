@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from core.evaluation.channel import read_tensor, remove_scratch, scratch_dir, write_tensor
-from core.evaluation.compare import close_mask, compare, fingerprint, poison_, poisoned_mask
+from core.evaluation.compare import _poison_word, close_mask, compare, count_poisoned, fingerprint, poison_, poisoned_mask
 from core.evaluation.evaluator import Baselines, baselines_path
 from core.evaluation.guard import guarded
 from core.evaluation.results import EvalResult, Status, Timing
@@ -96,6 +96,25 @@ def test_poison_is_detected_and_differs_from_arithmetic(dtype):
     assert bool(poisoned_mask(t, 1).all())
 
 
+@pytest.mark.parametrize("variant", [0, 1])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.bool,
+                                   torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64])
+def test_the_one_read_count_looks_for_the_bits_poison_writes(dtype, variant):
+    """count_poisoned compares each element's bits with _poison_word on the GPU: that word must be
+    exactly what poison_ wrote (the CPU count goes through the mask, which the GPU test checks)."""
+    t = torch.empty(8, dtype=dtype)
+    poison_(t, variant)
+    word = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
+    width = t.element_size() * 8
+    assert {int(b) % (1 << width) for b in t.view(word)} == {_poison_word(t, variant)}
+    if dtype == torch.bool:
+        t[:3] = variant == 1                                # the other truth value
+    else:
+        flipped = _poison_word(t, variant) ^ 1              # one bit off: a NaN, but not the poison
+        t.view(word)[:3] = flipped - (1 << width) if flipped >= 1 << (width - 1) and word != torch.uint8 else flipped
+    assert count_poisoned(t, variant) == 5
+
+
 def test_close_mask_treats_matching_nans_as_equal():
     a = torch.tensor([float("nan"), 1.0])
     assert bool(close_mask(a, a.clone(), 0, 0).all())
@@ -106,6 +125,11 @@ def test_fingerprint_is_sensitive_to_order_and_values():
     assert fingerprint([a]) == fingerprint([a.clone()])
     assert fingerprint([a]) != fingerprint([b])
     assert fingerprint([a, 3]) != fingerprint([a, 4])
+    ints = torch.arange(1000, dtype=torch.int32)
+    bumped = ints.clone()
+    bumped[999] += 1
+    assert fingerprint([ints])[0] != fingerprint([bumped])[0]
+    assert fingerprint([torch.ones(10, dtype=torch.float16)])[0] == 10.0
 
 
 # ---- guard -----------------------------------------------------------------------------------------

@@ -143,7 +143,11 @@ def compare(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float,
 def fingerprint(values: list) -> tuple[float, ...]:
     """A cheap, order-sensitive summary of a set of inputs, to confirm two processes drew the same.
 
-    One full pass (a float64 sum) plus a weighted sum over a strided sample of at most 4096 values.
+    One full pass (a sum) plus a weighted float64 sum over a strided sample of at most 4096 values.
+    The full sum is taken in the tensor's own precision (float32 for fp16/bf16, int64 for integers):
+    both processes run the same deterministic reduction on the same GPU model, so the sums agree
+    bitwise, and a float64 sum of a float32 tensor costs 5.4x as much (3.43 against 0.64 ms for
+    1.75 GiB on an H100, twenty-sixth session).
     """
     out: list[float] = []
     for v in values:
@@ -153,13 +157,84 @@ def fingerprint(values: list) -> tuple[float, ...]:
             if n == 0:
                 out.append(0.0)
                 continue
-            total = torch.sum(flat if flat.is_floating_point() else flat.to(torch.float64), dtype=torch.float64)
+            if flat.is_floating_point():
+                total = torch.sum(flat, dtype=torch.float64 if flat.dtype == torch.float64 else torch.float32)
+            elif flat.is_complex():
+                total = torch.view_as_real(flat).sum(dtype=torch.float64)
+            else:
+                total = torch.sum(flat, dtype=torch.int64)
             sample = flat[:: max(1, n // 4096)][:4096].to(torch.float64)
             w = torch.arange(1, sample.numel() + 1, device=sample.device, dtype=torch.float64)
             out += [float(total), float((torch.nan_to_num(sample) * w).sum()), float(n)]
         elif isinstance(v, (int, float, bool)):
             out.append(float(v))
     return tuple(out)
+
+
+# ---- counting the poison in one read -------------------------------------------------------------
+# poisoned_mask(t).sum() writes a bool tensor and reads it back as int64: 3.7 ms for a 1.75 GiB
+# float32 output on an H100 where writing the poison took 0.6 ms. count_poisoned reads each word
+# once and compares its bits with the pattern.
+
+_COUNT_SOURCE = r"""
+typedef WORD_T word_t;
+extern "C" __global__ void count_bits(const word_t* __restrict__ x, long long n, word_t pattern,
+                                      unsigned long long* __restrict__ count) {
+    unsigned long long mine = 0;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x)
+        mine += (x[i] == pattern);
+    for (int off = 16; off > 0; off >>= 1) mine += __shfl_down_sync(0xffffffffu, mine, off);
+    if ((threadIdx.x & 31) == 0 && mine) atomicAdd(count, mine);
+}
+"""
+_COUNT_WORDS = {1: ("unsigned char", torch.uint8), 2: ("unsigned short", torch.int16),
+                4: ("unsigned int", torch.int32), 8: ("unsigned long long", torch.int64)}
+_count_kernels: dict[int, object] = {}
+
+
+def _poison_word(t: torch.Tensor, variant: int) -> int:
+    """The poison pattern of `t`'s dtype as an unsigned word of its element size."""
+    width = t.element_size() * 8
+    if t.dtype in POISON_BITS:
+        value = POISON_BITS[t.dtype][0]
+    elif t.dtype == torch.bool:
+        value = int(variant == 0)
+    else:
+        info = torch.iinfo(t.dtype)
+        value = max(info.min, min(info.max, INT_POISON[variant]))
+    return value % (1 << width)
+
+
+def count_poisoned(t: torch.Tensor, variant: int = 0) -> int:
+    """How many elements of `t` still hold the poison pattern: int(poisoned_mask(t, variant).sum()),
+    in one read of a contiguous CUDA tensor (CuPy's compiler); the mask's way elsewhere."""
+    if t.is_cuda and t.is_contiguous() and t.numel() and t.element_size() in _COUNT_WORDS \
+            and (t.dtype in POISON_BITS or t.dtype == torch.bool or not (t.is_floating_point() or t.is_complex())):
+        try:
+            return _count_on_gpu(t, _poison_word(t, variant))
+        except ImportError:
+            pass        # no CuPy: the mask below
+    return int(poisoned_mask(t, variant).sum())
+
+
+def _count_on_gpu(t: torch.Tensor, word: int) -> int:
+    import cupy
+    import numpy
+
+    size = t.element_size()
+    if size not in _count_kernels:
+        _count_kernels[size] = cupy.RawKernel(_COUNT_SOURCE.replace("WORD_T", _COUNT_WORDS[size][0]), "count_bits")
+    n = t.numel()
+    count = torch.zeros(1, dtype=torch.int64, device=t.device)
+    sms = torch.cuda.get_device_properties(t.device).multi_processor_count
+    blocks = max(1, min((n + 255) // 256, sms * 16))
+    pattern = getattr(numpy, {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}[size])(word)
+    with torch.cuda.device(t.device):
+        with cupy.cuda.ExternalStream(torch.cuda.current_stream(t.device).cuda_stream):
+            _count_kernels[size]((blocks,), (256,), (numpy.uint64(t.data_ptr()), numpy.int64(n), pattern,
+                                                     numpy.uint64(count.data_ptr())))
+    return int(count.item())        # synchronises with the kernel on torch's stream
 
 
 # ---- one fused pass on the GPU -------------------------------------------------------------------

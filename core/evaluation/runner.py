@@ -215,7 +215,8 @@ class Runner:
                 self.check_mutation(inputs, snapshot)
                 if bound.fixed_outputs:
                     self.check_unwritten(outs, poisoned_mask, variant=1, only_floats=True,
-                                         also=[poisoned_mask(f, 0) for f in first])
+                                         also=[None if f.is_floating_point() else poisoned_mask(f, 0)
+                                               for f in first])
                 for j, (a, b) in enumerate(zip(first, outs)):
                     if torch.equal(a, b):
                         continue    # one read of each; close_mask makes float64 copies (~50 passes)
@@ -269,14 +270,15 @@ class Runner:
                                        "left as they were given")
 
     def check_unwritten(self, outs, poisoned_mask, variant, only_floats, also=None) -> None:
+        from .compare import count_poisoned
+
         for j, o in enumerate(outs):
             if only_floats and not o.is_floating_point():
                 if also is None:
                     continue
-                mask = poisoned_mask(o, variant) & also[j]    # held each run's pattern: never written
+                n = int((poisoned_mask(o, variant) & also[j]).sum())    # held each run's pattern: never written
             else:
-                mask = poisoned_mask(o, variant)
-            n = int(mask.sum())
+                n = count_poisoned(o, variant)
             if n:
                 if n == o.numel():
                     raise CandidateFailure(Status.REJECTED, f"never wrote output {j}: all {n} elements "

@@ -69,3 +69,31 @@ def test_fast_match_declines_what_it_does_not_cover():
     assert fast_match(ref.t().float(), ref.t(), 1e-4, 1e-4) is None             # not contiguous
     assert fast_match(ref.argmax(1), ref.argmax(1).double(), 0, 0) is None      # integer output
     assert fast_match(ref.float().cpu(), ref.cpu(), 1e-4, 1e-4) is None         # not on the GPU
+
+
+POISON_DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.bool, torch.uint8,
+                 torch.int8, torch.int16, torch.int32, torch.int64]
+
+
+@pytest.mark.parametrize("variant", [0, 1])
+@pytest.mark.parametrize("dtype", POISON_DTYPES)
+def test_count_poisoned_counts_what_the_mask_counts(dtype, variant):
+    """The runner's one-read count of unwritten elements agrees with poisoned_mask(...).sum() on
+    partial writes, at a size that is no multiple of the block, and reads only the tensor's own
+    elements (a poisoned neighbour in the same storage is not counted)."""
+    from core.evaluation.compare import count_poisoned, poison_, poisoned_mask
+
+    storage = torch.empty((1 << 20) + 77, dtype=dtype, device="cuda")
+    poison_(storage, variant)
+    t = storage[5:-9]
+    assert count_poisoned(t, variant) == t.numel()
+    g = torch.Generator(device="cuda").manual_seed(3)
+    written = torch.rand(t.numel(), device="cuda", generator=g) < 0.3
+    t[written] = torch.ones((), dtype=dtype, device="cuda") if variant == 0 or dtype != torch.bool \
+        else torch.zeros((), dtype=dtype, device="cuda")
+    expected = int(poisoned_mask(t, variant).sum())
+    assert 0 < expected < t.numel()
+    assert count_poisoned(t, variant) == expected
+    if dtype.is_floating_point:
+        t.fill_(float("nan"))                       # arithmetic NaNs are not the poison
+        assert count_poisoned(t, variant) == 0
