@@ -208,32 +208,44 @@ def _poison_word(t: torch.Tensor, variant: int) -> int:
 
 def count_poisoned(t: torch.Tensor, variant: int = 0) -> int:
     """How many elements of `t` still hold the poison pattern: int(poisoned_mask(t, variant).sum()),
-    in one read of a contiguous CUDA tensor (CuPy's compiler); the mask's way elsewhere."""
+    in one read of a contiguous CUDA tensor; through the mask where CuPy cannot build the kernel."""
     if t.is_cuda and t.is_contiguous() and t.numel() and t.element_size() in _COUNT_WORDS \
             and (t.dtype in POISON_BITS or t.dtype == torch.bool or not (t.is_floating_point() or t.is_complex())):
-        try:
-            return _count_on_gpu(t, _poison_word(t, variant))
-        except ImportError:
-            pass        # no CuPy: the mask below
+        with torch.cuda.device(t.device):
+            kernel = _count_kernel(t.element_size())
+        if kernel is not None:
+            return _count_on_gpu(kernel, t, _poison_word(t, variant))
     return int(poisoned_mask(t, variant).sum())
 
 
-def _count_on_gpu(t: torch.Tensor, word: int) -> int:
+def _count_kernel(size: int):
+    """The count kernel for words of `size` bytes, built once; None without CuPy or its compiler
+    (a launch's errors are not caught: a CUDA error must reach the runner)."""
+    if size not in _count_kernels:
+        try:
+            import cupy
+
+            kernel = cupy.RawKernel(_COUNT_SOURCE.replace("WORD_T", _COUNT_WORDS[size][0]), "count_bits")
+            kernel.attributes           # CuPy compiles on first use; this is one
+        except Exception:
+            kernel = None
+        _count_kernels[size] = kernel
+    return _count_kernels[size]
+
+
+def _count_on_gpu(kernel, t: torch.Tensor, word: int) -> int:
     import cupy
     import numpy
 
-    size = t.element_size()
-    if size not in _count_kernels:
-        _count_kernels[size] = cupy.RawKernel(_COUNT_SOURCE.replace("WORD_T", _COUNT_WORDS[size][0]), "count_bits")
     n = t.numel()
     count = torch.zeros(1, dtype=torch.int64, device=t.device)
     sms = torch.cuda.get_device_properties(t.device).multi_processor_count
     blocks = max(1, min((n + 255) // 256, sms * 16))
-    pattern = getattr(numpy, {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}[size])(word)
+    pattern = getattr(numpy, {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}[t.element_size()])(word)
     with torch.cuda.device(t.device):
         with cupy.cuda.ExternalStream(torch.cuda.current_stream(t.device).cuda_stream):
-            _count_kernels[size]((blocks,), (256,), (numpy.uint64(t.data_ptr()), numpy.int64(n), pattern,
-                                                     numpy.uint64(count.data_ptr())))
+            kernel((blocks,), (256,), (numpy.uint64(t.data_ptr()), numpy.int64(n), pattern,
+                                       numpy.uint64(count.data_ptr())))
     return int(count.item())        # synchronises with the kernel on torch's stream
 
 
