@@ -14,6 +14,7 @@ nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader | t
 run=${AB_RUN:-bench/tasks/act_mish_1ms.py:random:120}
 python3 bench/protocol_costs.py bench/tasks/act_mish_1ms.py 2>&1 | grep -v Warning > "$out/protocol_costs.md"
 grep -E "fingerprint|sums|unwritten" "$out/protocol_costs.md"
+python3 bench/handover_cost.py 2>&1 | grep -v Warning | tee "$out/handover.md"
 before=$(mktemp -d)/repo
 mkdir -p "$before"
 tar --exclude=./docs --exclude=./.git -cf - . | tar -xf - -C "$before"
