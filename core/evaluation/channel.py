@@ -1,8 +1,11 @@
-"""Moving tensors between evaluator processes through memory-mapped files.
+"""Moving tensors between evaluator processes: by CUDA IPC, or through memory-mapped files.
 
-The runner copies a GPU output straight into a file-backed CPU tensor (one device-to-host copy);
-the judge maps the same file and uploads it (one host-to-device copy). No pickling of tensor
-data, no GPU memory shared between processes: a candidate's kernels can never reach the judge.
+IPC (a warm runner's outputs): the runner copies each output into a device block of its own and
+hands over its handle; the judge maps the block and reads it in place while the runner waits,
+then unmaps it (IpcMappings). Files (a ModelNew candidate's process, or no IPC): the runner copies
+an output straight into a file-backed CPU tensor (one device-to-host copy); the judge maps the same
+file and uploads it (one host-to-device copy). No pickling of tensor data either way, and the
+judge's own memory (inputs, references) is never shared.
 """
 from __future__ import annotations
 
@@ -156,6 +159,42 @@ def import_gpu_tensor(ref: "GpuTensorRef", device) -> "torch.Tensor":
     return out.view(dtype).reshape(ref.shape)
 
 
+class IpcMappings:
+    """Judge side: the runner's blocks mapped into this process and read in place, without the copy
+    import_gpu_tensor makes. Safe only while the runner waits for the judge's verdict: nothing of
+    the candidate runs then (the runner synchronised the device before it replied, and launches
+    nothing until its next request, when it frees the blocks). Each handle is opened once and
+    closed by close()."""
+
+    def __init__(self) -> None:
+        self.open: dict[bytes, int] = {}
+
+    def tensor(self, ref: "GpuTensorRef", device) -> "torch.Tensor":
+        import cupy
+        import torch
+
+        dtype = dtype_of(ref.dtype)
+        if ref.nbytes == 0:
+            return torch.empty(ref.shape, dtype=dtype, device=device)
+        ptr = self.open.get(ref.handle)
+        if ptr is None:
+            ptr = self.open[ref.handle] = cupy.cuda.runtime.ipcOpenMemHandle(ref.handle, 1)
+        return torch.as_tensor(_RawDevice(ptr, ref.nbytes), device=device).view(dtype).reshape(ref.shape)
+
+    def close(self) -> None:
+        import cupy
+        import torch
+
+        if self.open:
+            torch.cuda.synchronize()        # nothing of ours still reads a block
+        for ptr in self.open.values():
+            try:
+                cupy.cuda.runtime.ipcCloseMemHandle(ptr)
+            except Exception:
+                pass
+        self.open.clear()
+
+
 def write_output(folder: Path, exporter: "IpcExporter", tensor: "torch.Tensor", tag: str):
     """Hand an output to the judge: by IPC where it works, else through a file. A copy that finds no
     room on the GPU goes through a file too, this time only."""
@@ -176,9 +215,12 @@ def is_out_of_memory(exc: BaseException) -> bool:
             or "CUDA_ERROR_OUT_OF_MEMORY" in text or "out of memory" in text.lower())
 
 
-def read_output(ref, device, remove: bool = True) -> "torch.Tensor":
+def read_output(ref, device, remove: bool = True, mappings: IpcMappings | None = None) -> "torch.Tensor":
     """An output the runner handed over (write_output); a file is removed after it is read unless
-    `remove` is False (the judge removes its files itself, once its verdict is final)."""
+    `remove` is False (the judge removes its files itself, once its verdict is final). With
+    `mappings`, a device block is read in place (see IpcMappings) instead of copied."""
     if isinstance(ref, TensorFile):
         return read_tensor(ref, device, remove=remove)
+    if mappings is not None:
+        return mappings.tensor(ref, device)
     return import_gpu_tensor(ref, device)

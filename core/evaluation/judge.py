@@ -54,6 +54,7 @@ class Judge:
         self.computed_again = False     # the last judge() computed references it had not kept
         self.reference_fraction = REFERENCE_MEMORY_FRACTION     # halved at each time the GPU ran out
         self.next_id = 1
+        self.mappings = None            # the runner's device blocks mapped during a judge() call
 
     # ---- task ----------------------------------------------------------------------------------
 
@@ -227,6 +228,9 @@ class Judge:
                 _unlink_files(msg.outputs)
                 return P.Verdict(False, Status.REJECTED.value, problem)
         self.computed_again = False
+        from .channel import IpcMappings
+
+        self.mappings = IpcMappings()
         try:
             for attempt in range(2):
                 try:
@@ -239,6 +243,7 @@ class Judge:
                 # needed) and the allocator's cache, keep half as much from now on, judge again.
                 self._drop_references()
         finally:
+            self.mappings.close()
             _unlink_files(msg.outputs)
             if self.computed_again:
                 # Large references were computed and dropped: hand their memory back, since the
@@ -317,7 +322,8 @@ class Judge:
         from .channel import read_output
 
         # Files stay until judge() returns: a judgement run again after running out of memory reads them again.
-        return [read_output(f, self.device, remove=False) for f in files]
+        # Device blocks are read in place; judge() closes them once its verdict is made.
+        return [read_output(f, self.device, remove=False, mappings=self.mappings) for f in files]
 
     def release(self, msg: P.Release) -> P.Verdict:
         self.bundles.pop(msg.bundle_id, None)
