@@ -9,7 +9,8 @@
 # then the GPU tests of the comparisons and the evaluator; then, with time left, the protocol's
 # passes one by one (bench/protocol_costs.py).
 #   OUT=DIR PYTHONPATH=. bash bench/protocol_ab_call.sh
-# AB_RUN overrides the throughput run (TASK:POLICY:BUDGET); AB_TESTS the tests ("" skips them).
+# AB_RUN overrides the throughput run (TASK:POLICY:BUDGET); AB_TREES the trees run (default
+# "after copying before"); AB_TESTS the tests ("" skips them).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 out=${OUT:-./protocol-ab-out}
@@ -26,15 +27,17 @@ tree() {    # tree NAME FILE... : a copy of this tree with those files of bench/
     for f in "$@"; do cp "bench/ab_before/$f.py" "$dir/core/evaluation/"; done
     echo "$dir"
 }
-copying=$(tree copying judge channel)
-before=$(tree before compare runner judge channel)
 throughput() {   # throughput NAME DIR
     (cd "$2" && PYTHONPATH=. timeout 200 python3 bench/throughput.py --out "$out/$1" "$run" > /dev/null 2>&1)
     echo "$1: $(grep -E '^\|' "$out/$1/throughput.md" | tail -1)"
 }
-throughput after "$PWD"
-throughput copying "$copying"
-throughput before "$before"
+for name in ${AB_TREES:-after copying before}; do
+    case $name in
+        after) throughput after "$PWD" ;;
+        copying) throughput copying "$(tree copying judge channel)" ;;
+        before) throughput before "$(tree before compare runner judge channel)" ;;
+    esac
+done
 tests=${AB_TESTS-tests/gpu/test_compare_gpu.py tests/gpu/test_evaluator_gpu.py}
 if [ -n "$tests" ]; then
     timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider $tests > "$out/gpu-tests.log" 2>&1
@@ -46,4 +49,4 @@ if [ "$SECONDS" -lt 470 ]; then
 fi
 # Few files come back from a call: the runs' tables and logs go in one archive.
 rm -f "$out"/*/*.cuagent-wal "$out"/*/*.cuagent-shm "$out"/*/*.cuagent
-(cd "$out" && tar czf runs.tar.gz after copying before && rm -rf after copying before)
+(cd "$out" && tar czf runs.tar.gz ${AB_TREES:-after copying before} && rm -rf ${AB_TREES:-after copying before})
