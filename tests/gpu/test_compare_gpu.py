@@ -89,8 +89,8 @@ def test_count_poisoned_counts_what_the_mask_counts(dtype, variant):
     assert count_poisoned(t, variant) == t.numel()
     g = torch.Generator(device="cuda").manual_seed(3)
     written = torch.rand(t.numel(), device="cuda", generator=g) < 0.3
-    t[written] = torch.ones((), dtype=dtype, device="cuda") if variant == 0 or dtype != torch.bool \
-        else torch.zeros((), dtype=dtype, device="cuda")
+    # Any value but the poison: for bool, the other truth value (variant 0 poisons with True).
+    t[written] = torch.tensor(variant == 1, device="cuda") if dtype == torch.bool else torch.ones((), dtype=dtype, device="cuda")
     expected = int(poisoned_mask(t, variant).sum())
     assert 0 < expected < t.numel()
     assert count_poisoned(t, variant) == expected
