@@ -9,6 +9,9 @@
 # then the GPU tests of the comparisons and the evaluator; then, with time left, the protocol's
 # passes one by one (bench/protocol_costs.py).
 #   OUT=DIR PYTHONPATH=. bash bench/protocol_ab_call.sh
+# bench/ab_before holds the four files as of AB_BEFORE_COMMIT (default 5716906, the code before these
+# changes). Make it here before the call (the device's copy of .git may be stale), untracked:
+#   for f in compare runner judge channel; do git show 5716906:core/evaluation/$f.py > bench/ab_before/$f.py; done
 # AB_RUN overrides the throughput run (TASK:POLICY:BUDGET); AB_TREES the trees run (default
 # "after copying before"); AB_TESTS the tests ("" skips them).
 set -uo pipefail
@@ -18,6 +21,12 @@ mkdir -p "$out"; out=$(cd "$out" && pwd)
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 run=${AB_RUN:-bench/tasks/act_mish_1ms.py:random:100}
 timeout 60 python3 bench/handover_cost.py 2>&1 | grep -v Warning | tee "$out/handover.md"
+if [ ! -f bench/ab_before/channel.py ]; then
+    mkdir -p bench/ab_before
+    for f in compare runner judge channel; do
+        git show "${AB_BEFORE_COMMIT:-5716906}:core/evaluation/$f.py" > "bench/ab_before/$f.py" || exit 2
+    done
+fi
 tree() {    # tree NAME FILE... : a copy of this tree with those files of bench/ab_before put back
     local dir
     dir=$(mktemp -d)/$1
