@@ -188,8 +188,8 @@ extern "C" __global__ void count_bits(const word_t* __restrict__ x, long long n,
     if ((threadIdx.x & 31) == 0 && mine) atomicAdd(count, mine);
 }
 """
-_COUNT_WORDS = {1: ("unsigned char", torch.uint8), 2: ("unsigned short", torch.int16),
-                4: ("unsigned int", torch.int32), 8: ("unsigned long long", torch.int64)}
+_COUNT_WORDS = {1: ("unsigned char", "uint8"), 2: ("unsigned short", "uint16"),     # bytes: (C, numpy)
+                4: ("unsigned int", "uint32"), 8: ("unsigned long long", "uint64")}
 _count_kernels: dict[int, object] = {}
 
 
@@ -241,7 +241,7 @@ def _count_on_gpu(kernel, t: torch.Tensor, word: int) -> int:
     count = torch.zeros(1, dtype=torch.int64, device=t.device)
     sms = torch.cuda.get_device_properties(t.device).multi_processor_count
     blocks = max(1, min((n + 255) // 256, sms * 16))
-    pattern = getattr(numpy, {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}[t.element_size()])(word)
+    pattern = getattr(numpy, _COUNT_WORDS[t.element_size()][1])(word)
     with torch.cuda.device(t.device):
         with cupy.cuda.ExternalStream(torch.cuda.current_stream(t.device).cuda_stream):
             kernel((blocks,), (256,), (numpy.uint64(t.data_ptr()), numpy.int64(n), pattern,
