@@ -186,7 +186,10 @@ class IpcMappings:
         import torch
 
         if self.open:
-            torch.cuda.synchronize()        # nothing of ours still reads a block
+            try:
+                torch.cuda.synchronize()    # nothing of ours still reads a block
+            except Exception:
+                pass                        # a broken context: the error that broke it propagates
         for ptr in self.open.values():
             try:
                 cupy.cuda.runtime.ipcCloseMemHandle(ptr)
