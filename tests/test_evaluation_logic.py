@@ -115,6 +115,25 @@ def test_the_one_read_count_looks_for_the_bits_poison_writes(dtype, variant):
     assert count_poisoned(t, variant) == 5
 
 
+def test_the_second_run_holds_integer_outputs_to_both_poisons_and_floats_to_their_own():
+    """Runner.check_unwritten as the first set's second run calls it: a float output is judged by
+    its own poison alone (no mask of the first run is made for it); an integer output is unwritten
+    only where it held each run's poison, since an integer result may equal one pattern."""
+    from core.evaluation.runner import CandidateFailure, Runner
+
+    floats, ints = torch.ones(6), torch.zeros(6, dtype=torch.int32)
+    first_ints = ints.clone()
+    poison_(first_ints[:2], 0)
+    poison_(ints[:2], 1)                    # elements 0 and 1 held both patterns: never written
+    poison_(ints[2:3], 1)                   # element 2 held only the second: a result, written
+    also = [None, poisoned_mask(first_ints, 0)]
+    with pytest.raises(CandidateFailure, match="partial write: 2 of 6 elements of output 1"):
+        Runner.check_unwritten(None, [floats, ints], poisoned_mask, variant=1, only_floats=True, also=also)
+    poison_(floats[5:], 1)
+    with pytest.raises(CandidateFailure, match="partial write: 1 of 6 elements of output 0"):
+        Runner.check_unwritten(None, [floats, ints], poisoned_mask, variant=1, only_floats=True, also=also)
+
+
 def test_close_mask_treats_matching_nans_as_equal():
     a = torch.tensor([float("nan"), 1.0])
     assert bool(close_mask(a, a.clone(), 0, 0).all())
