@@ -142,21 +142,12 @@ class _RawDevice:
 
 
 def import_gpu_tensor(ref: "GpuTensorRef", device) -> "torch.Tensor":
-    """Judge side: map the runner's block, copy it into our own memory, unmap."""
-    import cupy
-    import torch
-
-    dtype = dtype_of(ref.dtype)
-    if ref.nbytes == 0:
-        return torch.empty(ref.shape, dtype=dtype, device=device)
-    ptr = cupy.cuda.runtime.ipcOpenMemHandle(ref.handle, 1)   # cudaIpcMemLazyEnablePeerAccess
+    """Judge side, as a copy in this process's memory: map the runner's block, copy it, unmap."""
+    mappings = IpcMappings()
     try:
-        raw = torch.as_tensor(_RawDevice(ptr, ref.nbytes), device=device)
-        out = raw.clone()
-        torch.cuda.synchronize()
+        return mappings.tensor(ref, device).clone()
     finally:
-        cupy.cuda.runtime.ipcCloseMemHandle(ptr)
-    return out.view(dtype).reshape(ref.shape)
+        mappings.close()            # synchronises first: the copy has finished
 
 
 class IpcMappings:

@@ -22,16 +22,21 @@ def _bits_value(value: int, bits_dtype: torch.dtype) -> int:
     return value - (1 << width) if value >= 1 << (width - 1) else value
 
 
+def _plain_poison(dtype: torch.dtype, variant: int) -> int | bool:
+    """The poison value of a bool or integer dtype (INT_POISON clamped to the dtype's range)."""
+    if dtype == torch.bool:
+        return variant == 0
+    info = torch.iinfo(dtype)
+    return max(info.min, min(info.max, INT_POISON[variant]))
+
+
 def poison_(t: torch.Tensor, variant: int = 0) -> None:
     """Fill `t` with the poison pattern for its dtype (variant 0 or 1 for integers)."""
     if t.dtype in POISON_BITS:
         bits, bits_dtype = POISON_BITS[t.dtype]
         t.view(bits_dtype).fill_(_bits_value(bits, bits_dtype))
-    elif t.dtype == torch.bool:
-        t.fill_(variant == 0)
     else:
-        info = torch.iinfo(t.dtype)
-        t.fill_(max(info.min, min(info.max, INT_POISON[variant])))
+        t.fill_(_plain_poison(t.dtype, variant))
 
 
 def poisoned_mask(t: torch.Tensor, variant: int = 0) -> torch.Tensor:
@@ -39,10 +44,7 @@ def poisoned_mask(t: torch.Tensor, variant: int = 0) -> torch.Tensor:
     if t.dtype in POISON_BITS:
         bits, bits_dtype = POISON_BITS[t.dtype]
         return t.view(bits_dtype) == _bits_value(bits, bits_dtype)
-    if t.dtype == torch.bool:
-        return t == (variant == 0)
-    info = torch.iinfo(t.dtype)
-    return t == max(info.min, min(info.max, INT_POISON[variant]))
+    return t == _plain_poison(t.dtype, variant)
 
 
 def _as_float64(out: torch.Tensor, ref: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -195,26 +197,19 @@ _count_kernels: dict[int, object] = {}
 
 def _poison_word(t: torch.Tensor, variant: int) -> int:
     """The poison pattern of `t`'s dtype as an unsigned word of its element size."""
-    width = t.element_size() * 8
-    if t.dtype in POISON_BITS:
-        value = POISON_BITS[t.dtype][0]
-    elif t.dtype == torch.bool:
-        value = int(variant == 0)
-    else:
-        info = torch.iinfo(t.dtype)
-        value = max(info.min, min(info.max, INT_POISON[variant]))
-    return value % (1 << width)
+    value = POISON_BITS[t.dtype][0] if t.dtype in POISON_BITS else int(_plain_poison(t.dtype, variant))
+    return value % (1 << (t.element_size() * 8))
 
 
 def count_poisoned(t: torch.Tensor, variant: int = 0) -> int:
     """How many elements of `t` still hold the poison pattern: int(poisoned_mask(t, variant).sum()),
     in one read of a contiguous CUDA tensor; through the mask where CuPy cannot build the kernel."""
     if t.is_cuda and t.is_contiguous() and t.numel() and t.element_size() in _COUNT_WORDS \
-            and (t.dtype in POISON_BITS or t.dtype == torch.bool or not (t.is_floating_point() or t.is_complex())):
+            and (t.dtype in POISON_BITS or not (t.is_floating_point() or t.is_complex())):
         with torch.cuda.device(t.device):
             kernel = _count_kernel(t.element_size())
-        if kernel is not None:
-            return _count_on_gpu(kernel, t, _poison_word(t, variant))
+            if kernel is not None:
+                return _count_on_gpu(kernel, t, _poison_word(t, variant))
     return int(poisoned_mask(t, variant).sum())
 
 
@@ -242,10 +237,9 @@ def _count_on_gpu(kernel, t: torch.Tensor, word: int) -> int:
     sms = torch.cuda.get_device_properties(t.device).multi_processor_count
     blocks = max(1, min((n + 255) // 256, sms * 16))
     pattern = getattr(numpy, _COUNT_WORDS[t.element_size()][1])(word)
-    with torch.cuda.device(t.device):
-        with cupy.cuda.ExternalStream(torch.cuda.current_stream(t.device).cuda_stream):
-            kernel((blocks,), (256,), (numpy.uint64(t.data_ptr()), numpy.int64(n), pattern,
-                                       numpy.uint64(count.data_ptr())))
+    with cupy.cuda.ExternalStream(torch.cuda.current_stream(t.device).cuda_stream):     # on t's device (caller)
+        kernel((blocks,), (256,), (numpy.uint64(t.data_ptr()), numpy.int64(n), pattern,
+                                   numpy.uint64(count.data_ptr())))
     return int(count.item())        # synchronises with the kernel on torch's stream
 
 
