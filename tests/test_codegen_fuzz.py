@@ -395,8 +395,8 @@ def gen_scan(rng: random.Random, name: str) -> FuzzCase:
     rank = rng.randint(1, 4)
     shape = _shape(rng, rank)
     dim = rng.randrange(-rank, rank)
-    kind = rng.choice(["cumsum", "cumprod", "reverse", "exclusive", "masked", "cumsum_epi"])
-    dtype = _dtype(rng, half=kind in ("cumsum", "cumsum_epi"))
+    kind = rng.choice(["cumsum", "cumprod", "reverse", "exclusive", "masked", "cumsum_epi", "running"])
+    dtype = _dtype(rng, half=kind in ("cumsum", "cumsum_epi", "running"))
     inputs = [_randn(shape, dtype, 0.2, 1.0) if kind == "cumprod" else _randn(shape, dtype)]
     args = "x"
     if kind == "cumsum":
@@ -414,6 +414,15 @@ def gen_scan(rng: random.Random, name: str) -> FuzzCase:
         args = "x, mask"
         inputs.append(f"torch.rand({tuple(shape)!r}) > 0.5")
         body = [f"return torch.cumsum(x * mask, dim={dim})"]
+    elif kind == "running":         # cummax / cummin: values and indices, maybe reversed
+        op = rng.choice(["cummax", "cummin"])
+        operand = _unary(rng, "x") if rng.random() < 0.5 else "x"
+        if rng.random() < 0.3:
+            kind += " reversed"
+            body = [f"v, i = torch.{op}(({operand}).flip({dim}), dim={dim})", f"return v.flip({dim}), i.flip({dim})"]
+        else:
+            body = [f"v, i = torch.{op}({operand}, dim={dim})", f"return {_unary(rng, 'v')}, i"]
+        kind += f" {op}"
     else:
         body = [f"y = torch.cumsum({_unary(rng, 'x')}, dim={dim})", f"return {_unary(rng, 'y')}"]
     return FuzzCase(name, "scan", _source(args, body, inputs), f"{dtype} {shape} {kind} dim={dim}")

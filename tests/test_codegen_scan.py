@@ -110,6 +110,21 @@ class HalfCumsum(torch.nn.Module):
         return torch.cumsum(x.half(), dim=-1).float()
 
 
+class RunningMax(torch.nn.Module):
+    """cummax / cummin with a prologue, an epilogue on the values, and the indices returned."""
+
+    def __init__(self, dim: int, op=torch.cummax, reverse: bool = False):
+        super().__init__()
+        self.dim, self.op, self.reverse = dim, op, reverse
+
+    def forward(self, x):
+        y = torch.flip(x, dims=[self.dim]) if self.reverse else x
+        values, indices = self.op(y * 2 - 1, dim=self.dim)
+        if self.reverse:
+            values, indices = torch.flip(values, dims=[self.dim]), torch.flip(indices, dims=[self.dim])
+        return values + 0.5, indices
+
+
 def _rand(*shape, lo=0.0, hi=1.0, dtype=torch.float32, seed=0):
     gen = torch.Generator().manual_seed(seed)
     return (lo + (hi - lo) * torch.rand(*shape, generator=gen, dtype=torch.float64)).to(dtype)
@@ -120,6 +135,18 @@ def _lse_input() -> torch.Tensor:
     x[1, :7] = float("-inf")            # a leading run of -inf: stays -inf
     x[2, 50] = float("inf")             # +inf from there on
     x[3, 120] = float("nan")            # NaN from there on
+    return x
+
+
+def _ties(*shape, seed=0, dtype=torch.float32) -> torch.Tensor:
+    """Values on a grid of eight, so running maxima and minima meet many ties."""
+    return (torch.floor(_rand(*shape, hi=8.0, seed=seed, dtype=torch.float64)) / 8).to(dtype)
+
+
+def _with_nans(*shape, seed=0) -> torch.Tensor:
+    x = _ties(*shape, seed=seed)
+    x[0, 5] = x[0, 40] = float("nan")        # two NaNs in row 0: the index moves to the later one (as eager)
+    x[1, 0] = float("nan")
     return x
 
 
@@ -139,6 +166,12 @@ CASES = {
     "broadcast_cols": (BroadcastCols(), [_rand(2, 5, 6, 3), _rand(5, 1, 1, seed=1), _rand(6, 3, seed=2),
                                          _rand(2, 1, 6, 1, seed=3)], ["x", "w", "u", "v"]),
     "half": (HalfCumsum(), [_rand(4, 256)], ["x"]),
+    "cummax_rows": (RunningMax(1), [_ties(3, 1003)], ["x"]),
+    "cummin_rows_reverse": (RunningMax(-1, torch.cummin, reverse=True), [_ties(2, 3, 300, seed=1)], ["x"]),
+    "cummax_cols": (RunningMax(0), [_ties(40, 6, seed=2)], ["x"]),
+    "cummin_cols_int": (RunningMax(1, torch.cummin), [(_ties(3, 37, 5, seed=3) * 8).to(torch.int32)], ["x"]),
+    "cummax_half": (RunningMax(1), [_ties(4, 256, seed=4, dtype=torch.float16)], ["x"]),
+    "cummax_nan": (RunningMax(1), [_with_nans(3, 200, seed=5)], ["x"]),
 }
 
 
@@ -630,6 +663,14 @@ EMULATED = [
     ("broadcast_rows", {"LANES": 16, "BLOCK": 64, "VEC": 4, "ITEMS": 1}),
     ("broadcast_cols", {}),
     ("half", {}),
+    ("cummax_rows", {"LANES": 32, "BLOCK": 64, "VEC": 1, "ITEMS": 4}),       # warp rows, scalar path, tail
+    ("cummax_rows", {"LANES": 0, "BLOCK": 128, "VEC": 1, "ITEMS": 2}),       # block rows: warp totals
+    ("cummin_rows_reverse", {"LANES": 8, "BLOCK": 64, "VEC": 2, "ITEMS": 2}),    # reverse, sub-warp, vectors
+    ("cummin_rows_reverse", {"LANES": 0, "BLOCK": 64, "VEC": 2, "ITEMS": 1}),
+    ("cummax_cols", {"BLOCK": 64, "VEC": 2, "ITEMS": 4}),
+    ("cummin_cols_int", {"BLOCK": 64, "VEC": 1, "ITEMS": 8}),
+    ("cummax_half", {}),
+    ("cummax_nan", {"LANES": 16, "BLOCK": 64, "VEC": 2, "ITEMS": 2}),
 ]
 
 

@@ -5,7 +5,8 @@ Families: pointwise (elementwise chains with broadcasting), rowreduce (softmax /
 lone sum, mean, amax, amin over the last dim), reduce (any reduction over any dims with a
 pointwise prologue and epilogue), rownorm (reductions over the same rows with the elementwise
 ops that use their results on the rows again, one kernel: norms, logsumexp, row distances,
-softmax over any dim), scan (cumsum / cumprod with flips and pointwise ops around them), pool
+softmax over any dim), scan (cumsum / cumprod / logcumsumexp / cummax / cummin with flips and pointwise
+ops around them), pool
 (max / avg pooling with a pointwise epilogue), matmul (a matrix product, batched or not, its operands
 read where they lie, transposed or not, with a pointwise epilogue), conv (a convolution as an implicit
 product by the same kernel). partition.py forms the groups; a family that refuses a group's prologue or epilogue is retried without it (those ops then run in a pointwise
@@ -91,7 +92,7 @@ def _available() -> str:
     text = {"reduce": "reductions over any dims (sum, mean, prod, max/min, argmax/argmin, var/std, "
                       "norms) with elementwise ops around them; a gather of one element per row along one dim "
                       "(cross-entropy, NLL, also over [N, C, d...])",
-            "scan": "cumsum / cumprod (also reversed with flips)",
+            "scan": "cumsum / cumprod / logcumsumexp / cummax / cummin (also reversed with flips)",
             "pool": "max / avg pooling",
             "matmul": "matrix products (mm, bmm, matmul, nn.Linear, addmm) and convolutions (transposed ones too) "
                       "with elementwise ops on the result"}

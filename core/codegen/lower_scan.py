@@ -1,5 +1,5 @@
-"""The scan family: one cumsum / cumprod / logcumsumexp along any dim, with a pointwise prologue
-and epilogue, in one kernel (plus a chunk-total pass when a few long scans are split).
+"""The scan family: one cumsum / cumprod / logcumsumexp / cummax / cummin along any dim, with a
+pointwise prologue and epilogue, in one kernel (plus a chunk-total pass when a few long scans are split).
 
 A group is exactly one scan node, elementwise nodes before it (the scan's input, e.g. `x * mask`,
 casts) and after it (e.g. an exclusive scan written `cumsum(x) - x`, a scale), and `flip.default`
@@ -19,6 +19,13 @@ The tensor is viewed as [outer, L, inner] with L the scanned length.
   chunks. A first kernel (`<kernel>_2`) writes the total of every chunk but the last to a scratch
   buffer; the scan kernel starts each chunk from the totals of the chunks before it. The input is
   read 2 - 1/SPLIT times, which pays only when one pass cannot fill the GPU.
+
+cummax / cummin carry a (value, index) pair through the same scans (shuffles move both fields);
+their combine follows PyTorch's kernels: the later element wins ties and NaN (so the index is
+that of the last maximum, or of the last NaN once one was seen). An empty pair (index -1) is the
+identity on both sides. Their results are the group's getitems 0 (values, in the input's dtype)
+and 1 (int64 indices: positions along the scanned dim of the scan's operand, so a flipped
+operand's are positions in the flipped order). No SPLIT for them: the chunk totals would be pairs.
 
 Numerics: cumsum / cumprod of floating inputs accumulate in double (every element: the loop waits
 on memory, not on the adds), int / bool inputs in int64 (PyTorch's result dtype), logcumsumexp
@@ -43,7 +50,9 @@ from core.codegen.lower_pointwise import Lowering, _cname, _node_expr, assign_no
 from core.codegen.pointwise_ops import LoweringError, is_pointwise
 from core.codegen.schedule import Knob, ScheduleSpec
 
-SCAN_OPS = {"cumsum.default": "sum", "cumprod.default": "prod", "logcumsumexp.default": "lse"}
+SCAN_OPS = {"cumsum.default": "sum", "cumprod.default": "prod", "logcumsumexp.default": "lse",
+            "cummax.default": "max", "cummin.default": "min"}
+PAIR_KINDS = ("max", "min")     # scans that carry (value, index)
 FLIP = "flip.default"
 INT_DTYPES = ("int64", "int32", "int16", "int8", "uint8", "bool")
 SMS = 132                       # H200 streaming multiprocessors: the grid-filling target
@@ -61,6 +70,8 @@ def is_scan(node: Node, graph: Graph) -> bool:
         return False
     if kind == "lse":
         return node.dtype in FLOAT_DTYPES
+    if kind in PAIR_KINDS:
+        return "results" in node.attrs and node.dtype == src.dtype
     return True
 
 
@@ -100,7 +111,7 @@ class _Out:
 class _Group:
     graph: Graph
     scan: Node
-    kind: str                      # sum | prod | lse
+    kind: str                      # sum | prod | lse | max | min
     shape: tuple[int, ...]
     dim: int
     rev: bool                      # the scan runs from the end of the dim (flip -> scan -> flip)
@@ -115,6 +126,11 @@ class _Group:
     @property
     def rank(self) -> int:
         return len(self.shape)
+
+    @property
+    def pair(self) -> bool:
+        """The accumulator is a (value, index) pair (cummax / cummin)."""
+        return self.kind in PAIR_KINDS
 
     @property
     def outer(self) -> int:
@@ -161,12 +177,15 @@ def _ancestors(graph: Graph, roots: list[str], stop: set[str]) -> set[str]:
 
 def _analyse(graph: Graph) -> _Group:
     scans = [n for n in graph.nodes if is_scan(n, graph)]
-    others = [n for n in graph.nodes if n not in scans and n.op != FLIP and not is_pointwise(n)]
+    picks = {n.name for n in graph.nodes if n.op == "getitem" and n.operands and n.operands[0] in
+             [Ref(s.name) for s in scans]}      # a cummax / cummin's values and indices
+    others = [n for n in graph.nodes if n not in scans and n.name not in picks and n.op != FLIP
+              and not is_pointwise(n)]
     if len(scans) != 1 or others:
         bad = sorted({n.op for n in others})
         also = f" and {', '.join(bad)}, which it cannot fuse" if bad else ""
-        raise _fail(graph, f"the scan family lowers one cumsum/cumprod/logcumsumexp with elementwise "
-                           f"ops and flips around it; this group has {len(scans)} scans{also}.",
+        raise _fail(graph, f"the scan family lowers one cumsum/cumprod/logcumsumexp/cummax/cummin with "
+                           f"elementwise ops and flips around it; this group has {len(scans)} scans{also}.",
                     bad or [n.op for n in scans])
     scan = scans[0]
     shape = tuple(scan.shape)
@@ -258,6 +277,13 @@ def _analyse(graph: Graph) -> _Group:
     outs = [_Out(values[o], o, _cname("o_", o, taken), rev != (orient[o] == 1)) for o in graph.outputs]
 
     kind = SCAN_OPS[scan.op]
+    if kind in PAIR_KINDS:
+        if any(o == scan.name for o in graph.outputs):
+            raise _fail(graph, f"the group returns {scan.op}'s result pair itself; it returns its values "
+                               f"and indices (getitem 0 and 1).")
+        acc_dtype = scan.dtype        # a max or min is exact: compared in the compute type
+        return _Group(graph, scan, kind, shape, dim, rev, pre, post, ins, outs,
+                      COMPUTE_CTYPE[acc_dtype], acc_dtype, values)
     if kind == "lse":
         acc_dtype = "float64" if scan.dtype == "float64" else "float32"
     elif scan.dtype in INT_DTYPES:
@@ -292,6 +318,8 @@ def _offer_split(g: _Group) -> bool:
     """A second pass pays only when one block per row (one thread per column) cannot fill the GPU
     and the scan is big enough for the extra launch not to matter (then `lower_scan` keeps it only
     if the default splits)."""
+    if g.pair:
+        return False
     big = g.outer * g.length * g.inner >= 1 << 17
     if g.rows_layout:
         return big and g.outer < 2 * SMS and g.length >= 4096
@@ -346,7 +374,7 @@ def _space(g: _Group, split: bool) -> ScheduleSpec:
         n_vec = sum(1 for i in g.ins if i.vec)
 
         def registers(s: Any) -> str | None:
-            limit = 16 if s["LANES"] == 0 or n_vec > 1 else 32
+            limit = (16 if s["LANES"] == 0 or n_vec > 1 else 32) // (2 if g.pair else 1)   # pairs: two words
             if s["ITEMS"] * s["VEC"] > limit:
                 why = "a block-wide row holds every partial until the block scan" if s["LANES"] == 0 else \
                     f"{n_vec} inputs are held per element"
@@ -385,8 +413,9 @@ def _space(g: _Group, split: bool) -> ScheduleSpec:
         ]
 
         def registers(s: Any) -> str | None:
-            if s["ITEMS"] * s["VEC"] > 32:
-                return f"ITEMS*VEC = {s['ITEMS'] * s['VEC']} elements in flight per thread is more than 32"
+            limit = 16 if g.pair else 32     # a pair carry holds two words per column
+            if s["ITEMS"] * s["VEC"] > limit:
+                return f"ITEMS*VEC = {s['ITEMS'] * s['VEC']} elements in flight per thread is more than {limit}"
             return None
 
         def items_fit(s: Any) -> str | None:
@@ -433,6 +462,11 @@ def _space(g: _Group, split: bool) -> ScheduleSpec:
 # ---- C emission ----------------------------------------------------------------------------------
 
 def _comb_body(g: _Group) -> str:
+    if g.pair:
+        # b is the later element: it wins ties and NaN (PyTorch's cummax / cummin).
+        later = ">=" if g.kind == "max" else "<="
+        return (f"if (b.i < 0) return a;\n    if (a.i < 0) return b;\n"
+                f"    return (b.v != b.v || (a.v == a.v && b.v {later} a.v)) ? b : a;")
     if g.kind == "sum":
         return "return a + b;"
     if g.kind == "prod":
@@ -446,7 +480,9 @@ def _comb_body(g: _Group) -> str:
             f"    return a;")
 
 
-def _identity(g: _Group) -> str:
+def _identity(g: _Group, acc: str) -> str:
+    if g.pair:
+        return f"{acc}{{({g.acc_ctype})0, -1LL}}"
     value = {"sum": 0, "prod": 1, "lse": float("-inf")}[g.kind]
     return literal(value, g.acc_ctype)
 
@@ -454,6 +490,8 @@ def _identity(g: _Group) -> str:
 def _emit_chain(g: _Group, nodes: list[Node], var: dict[str, tuple[str, str]], lines: list[str]) -> None:
     index = {n.name: i for i, n in enumerate(g.graph.nodes)}
     for node in nodes:
+        if node.name in var:               # a cummax / cummin's values or indices, read from the pair
+            continue
         if node.op == FLIP:                # the orientation lives in the indexing
             var[node.name] = var[node.operands[0].name]
             continue
@@ -470,8 +508,10 @@ def _emit_chain(g: _Group, nodes: list[Node], var: dict[str, tuple[str, str]], l
 
 def _emit_element_fns(g: _Group, p: str) -> str:
     acc = f"{p}_acc"
-    out = [f"typedef {g.acc_ctype} {acc};",
+    out = [f"struct {acc} {{ {g.acc_ctype} v; long long i; }};   // value, index of the running max / min"
+           if g.pair else f"typedef {g.acc_ctype} {acc};",
            f"CA_HD {acc} {p}_comb({acc} a, {acc} b) {{\n    {_comb_body(g)}\n}}",
+           _emit_pair_helpers(g, p),
            f"CA_HD long long {p}_min(long long a, long long b) {{ return a < b ? a : b; }}",
            f"CA_HD long long {p}_cdiv(long long a, long long b) {{ return (a + b - 1) / b; }}"]
 
@@ -496,7 +536,7 @@ def _emit_element_fns(g: _Group, p: str) -> str:
     value = src if src_ct == ct else f"(({ct}){src})"
     if operand_dtype != g.scan.dtype:
         value = round_to_storage(g.scan.dtype, value)
-    lines.append(f"    return ({acc})({value});")
+    lines.append(f"    return {acc}{{{value}, 0LL}};" if g.pair else f"    return ({acc})({value});")
     lines.append("}")
     out.append("\n".join(lines))
 
@@ -507,8 +547,15 @@ def _emit_element_fns(g: _Group, p: str) -> str:
     params += [f"{o.ctype}& r_{o.cname}" for o in g.outs]
     lines = [f"CA_HD void {p}_post({', '.join(params)}) {{"]
     lines += load_lines(post_ins, var)
-    lines.append(f"    const {ct} s = {round_to_storage(g.scan.dtype, f'(({ct})acc)')};  // {g.scan.op}")
-    var[g.scan.name] = ("s", ct)
+    if g.pair:
+        lines.append(f"    const {ct} s = acc.v;  // {g.scan.op}: values")
+        lines.append("    const long long si = acc.i;  // indices")
+        for n in g.graph.nodes:
+            if n.op == "getitem" and n.operands[0] == Ref(g.scan.name):
+                var[n.name] = ("s", ct) if n.attrs.get("index") == 0 else ("si", "long long")
+    else:
+        lines.append(f"    const {ct} s = {round_to_storage(g.scan.dtype, f'(({ct})acc)')};  // {g.scan.op}")
+        var[g.scan.name] = ("s", ct)
     _emit_chain(g, g.post, var, lines)
     for o in g.outs:
         cvar, _ = var[o.buffer]
@@ -516,6 +563,31 @@ def _emit_element_fns(g: _Group, p: str) -> str:
     lines.append("}")
     out.append("\n".join(lines))
     return "\n".join(out) + "\n"
+
+
+def _emit_pair_helpers(g: _Group, p: str) -> str:
+    """`{p}_at(x, i)` gives an element its index along the scan (a no-op for one-word scans), and
+    `{p}_shfl_up` / `{p}_shfl` are the warp shuffles of the accumulator (a pair: field by field)."""
+    acc = f"{p}_acc"
+    if not g.pair:
+        return "\n".join([
+            f"CA_HD {acc} {p}_at({acc} x, long long) {{ return x; }}",
+            f"__device__ __forceinline__ {acc} {p}_shfl_up({acc} x, int d, int w) "
+            "{ return __shfl_up_sync(0xffffffffu, x, d, w); }",
+            f"__device__ __forceinline__ {acc} {p}_shfl({acc} x, int src, int w) "
+            "{ return __shfl_sync(0xffffffffu, x, src, w); }"])
+    return "\n".join([
+        f"CA_HD {acc} {p}_at({acc} x, long long i) {{ x.i = i; return x; }}",
+        f"__device__ __forceinline__ {acc} {p}_shfl_up({acc} x, int d, int w) {{",
+        "    x.v = __shfl_up_sync(0xffffffffu, x.v, d, w);",
+        "    x.i = __shfl_up_sync(0xffffffffu, x.i, d, w);",
+        "    return x;",
+        "}",
+        f"__device__ __forceinline__ {acc} {p}_shfl({acc} x, int src, int w) {{",
+        "    x.v = __shfl_sync(0xffffffffu, x.v, src, w);",
+        "    x.i = __shfl_sync(0xffffffffu, x.i, src, w);",
+        "    return x;",
+        "}"])
 
 
 def _stride(i: _In, k: int, rank: int) -> str:
@@ -561,7 +633,8 @@ def _vec_check(g: _Group, extent: str) -> str:
 
 
 def _emit_rows(g: _Group, p: str, split: bool) -> str:
-    acc, ident = f"{p}_acc", _identity(g)
+    acc = f"{p}_acc"
+    ident = _identity(g, acc)
     params, _ = _kernel_params(g, p, split)
     rev = g.rev
 
@@ -683,18 +756,18 @@ def _emit_rows(g: _Group, p: str, split: bool) -> str:
         "            #pragma unroll",
         "            for (int j = 0; j < VEC; ++j) {",
         "                const bool in = VL ? whole : (live && q + j < p1);",
-        f"                run = {p}_comb(run, in ? {p}_pre({pre_args}) : {ident});",
+        f"                run = {p}_comb(run, in ? {p}_at({p}_pre({pre_args}), q + j) : {ident});",
         "                a[k][j] = run;",
         "            }",
         f"            {acc} inc = run;",
         "            #pragma unroll",
         "            for (int d = 1; d < SEGW; d <<= 1) {",
-        f"                const {acc} y = __shfl_up_sync(0xffffffffu, inc, d, SEGW);",
+        f"                const {acc} y = {p}_shfl_up(inc, d, SEGW);",
         f"                if (lane >= d) inc = {p}_comb(y, inc);",
         "            }",
-        f"            const {acc} up = __shfl_up_sync(0xffffffffu, inc, 1, SEGW);",
+        f"            const {acc} up = {p}_shfl_up(inc, 1, SEGW);",
         f"            const {acc} before = lane == 0 ? seg : {p}_comb(seg, up);",
-        f"            seg = {p}_comb(seg, __shfl_sync(0xffffffffu, inc, SEGW - 1, SEGW));",
+        f"            seg = {p}_comb(seg, {p}_shfl(inc, SEGW - 1, SEGW));",
         "            #pragma unroll",
         f"            for (int j = 0; j < VEC; ++j) a[k][j] = {p}_comb(before, a[k][j]);",
         "            if (LANES != 0 && !PARTIAL) {      // the row's carry-in is known: store item k now",
@@ -711,12 +784,12 @@ def _emit_rows(g: _Group, p: str, split: bool) -> str:
         f"            {acc} w = lane < BLOCK / 32 ? s_tot[par][lane] : {ident};",
         "            #pragma unroll",
         "            for (int d = 1; d < 32; d <<= 1) {",
-        f"                const {acc} y = __shfl_up_sync(0xffffffffu, w, d);",
+        f"                const {acc} y = {p}_shfl_up(w, d, 32);",
         f"                if (lane >= d) w = {p}_comb(y, w);",
         "            }",
-        f"            const {acc} wex = __shfl_sync(0xffffffffu, w, warp == 0 ? 0 : warp - 1);",
+        f"            const {acc} wex = {p}_shfl(w, warp == 0 ? 0 : warp - 1, 32);",
         f"            const {acc} off = warp == 0 ? carry : {p}_comb(carry, wex);",
-        f"            carry = {p}_comb(carry, __shfl_sync(0xffffffffu, w, BLOCK / 32 - 1));",
+        f"            carry = {p}_comb(carry, {p}_shfl(w, BLOCK / 32 - 1, 32));",
         "            // The next tile writes the other s_tot half, and passes its barrier only after every",
         "            // warp has read this one: one barrier per tile is enough.",
         "            if (!PARTIAL) {",
@@ -739,7 +812,8 @@ def _emit_rows(g: _Group, p: str, split: bool) -> str:
 
 
 def _emit_cols(g: _Group, p: str, split: bool) -> str:
-    acc, ident = f"{p}_acc", _identity(g)
+    acc = f"{p}_acc"
+    ident = _identity(g, acc)
     params, _ = _kernel_params(g, p, split)
     rev = g.rev
     lines = [
@@ -841,7 +915,7 @@ def _emit_cols(g: _Group, p: str, split: bool) -> str:
         "            #pragma unroll",
         "            for (int j = 0; j < VEC; ++j) {",
         "                if (!VL && c0 + j >= inner) continue;",
-        f"                carry[j] = {p}_comb(carry[j], {p}_pre({pre_args}));",
+        f"                carry[j] = {p}_comb(carry[j], {p}_at({p}_pre({pre_args}), e));",
         f"                if (!PARTIAL) {p}_post({call});",
         "            }",
         "            if (!PARTIAL) {",
@@ -970,7 +1044,7 @@ def lower_scan(graph: Graph, kernel: str) -> Lowering:
     layout = "rows" if g.rows_layout else "columns"
     notes = [f"scan: {g.scan.op} over dim {g.dim} of {g.scan.dtype}{list(g.shape)}"
              f"{' in reverse (flips folded)' if g.rev else ''}: {layout} layout, {g.outer} x {g.length}"
-             f" x {g.inner}, accumulating in {g.acc_dtype}"]
+             f" x {g.inner}, {'carrying (value, index) in' if g.pair else 'accumulating in'} {g.acc_dtype}"]
     if g.pre:
         notes.append("prologue: " + ", ".join(n.op for n in g.pre))
     if g.post:

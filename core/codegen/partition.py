@@ -453,7 +453,7 @@ def canonicalize(graph: Graph, rows: bool = False) -> Graph:
     return _dead_code_removed(Graph(graph.task, list(graph.inputs), b.nodes, outputs, dict(graph.constants)))
 
 
-_SCAN_BASES = {"cumsum", "cumprod", "logcumsumexp"}
+_SCAN_BASES = {"cumsum", "cumprod", "logcumsumexp", "cummax", "cummin"}
 
 
 def _readers(graph: Graph) -> dict[str, int]:

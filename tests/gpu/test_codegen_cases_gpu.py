@@ -8,7 +8,8 @@ row groups of a single row (cross-entropy and log-softmax over a batch of one), 
 family's cases (tests/test_codegen_move.py: cat, slices, chunk, unbind, pads, transposes, flips,
 roll, KernelBench's exclusive cumsum, gather), alone and next to pointwise and scan kernels, and the
 ops code generation took on 2026-12-06 (tests/test_codegen_kernelbench_more.py: one-value tensors made
-in forward, nn.Embedding, torch.gather, adaptive pools that divide, unfold, diagonal)."""
+in forward, nn.Embedding, torch.gather, adaptive pools that divide, unfold, diagonal), and cummax /
+cummin."""
 from __future__ import annotations
 
 import random
@@ -51,10 +52,36 @@ def get_init_inputs():
 ''',
 }
 
+def _running(body: str, inputs: str) -> str:
+    return HEADER + f"""
+class Model(nn.Module):
+    def forward(self, x):
+        {body}
+
+def get_inputs():
+    return [{inputs}]
+
+def get_init_inputs():
+    return []
+"""
+
+
+# cummax / cummin (the scan family, 2026-12-06): ties (relu's zeros, integers), NaN (sqrt of negatives:
+# the index moves to the latest NaN), reversed, columns, fp16; indices compared exactly.
+RUNNING = {
+    "running_cummax_relu_ties": _running("v, i = torch.cummax(torch.relu(x), dim=1)\n        return v * 2.0, i",
+                                         "torch.randn(256, 1000)"),
+    "running_cummin_cols_fp16": _running("return torch.cummin(x, dim=0)", "torch.randn(512, 384).half()"),
+    "running_cummax_reversed": _running("v, i = torch.cummax(x.flip(-1), dim=-1)\n        return v.flip(-1), i.flip(-1)",
+                                        "torch.randn(64, 4096)"),
+    "running_cummax_nan": _running("return torch.cummax(torch.sqrt(x), dim=1)", "torch.randn(128, 777)"),
+    "running_cummin_int": _running("return torch.cummin(x, dim=1)", "torch.randint(-5, 5, (200, 300))"),
+}
+
 NEW_OPS = ["conv3d_gn_min_clamp", "scalar_tensors_on_device", "scalar_tensor_half", "embedding", "gather_dim1",
            "adaptive_avgpool3d", "adaptive_maxpool_indices", "adaptive_avgpool_3x3", "trace"]
 
-SOURCES = {**SYNTHETIC, **ONE_ROW, **{f"move_{k}": v for k, v in MOVES.items()}, **{f"new_{k}": MORE[k] for k in NEW_OPS}}
+SOURCES = {**SYNTHETIC, **ONE_ROW, **RUNNING, **{f"move_{k}": v for k, v in MOVES.items()}, **{f"new_{k}": MORE[k] for k in NEW_OPS}}
 
 
 @pytest.mark.parametrize("name", sorted(SOURCES))
