@@ -13,7 +13,7 @@
 # changes). Make it here before the call (the device's copy of .git may be stale), untracked:
 #   for f in compare runner judge channel; do git show 5716906:core/evaluation/$f.py > bench/ab_before/$f.py; done
 # AB_RUN overrides the throughput run (TASK:POLICY:BUDGET); AB_TREES the trees run (default
-# "after copying before"); AB_TESTS the tests ("" skips them).
+# "after copying before"); AB_TESTS the tests ("" skips them); AB_COSTS=0 skips the passes one by one.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 out=${OUT:-./protocol-ab-out}
@@ -52,10 +52,9 @@ if [ -n "$tests" ]; then
     timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider $tests > "$out/gpu-tests.log" 2>&1
     echo "gpu tests ($tests): exit $?"; tail -3 "$out/gpu-tests.log"
 fi
-if [ "$SECONDS" -lt 470 ]; then
+if [ "${AB_COSTS:-1}" = 1 ] && [ "$SECONDS" -lt 470 ]; then
     timeout $((560 - SECONDS)) python3 bench/protocol_costs.py bench/tasks/act_mish_1ms.py 2>&1 | grep -v Warning > "$out/protocol_costs.md"
     grep -E "fingerprint|sums|unwritten" "$out/protocol_costs.md"
 fi
-# Few files come back from a call: the runs' tables and logs go in one archive.
-rm -f "$out"/*/*.cuagent-wal "$out"/*/*.cuagent-shm "$out"/*/*.cuagent
+# Few files come back from a call: the runs' tables, logs and projects go in one archive.
 (cd "$out" && tar czf runs.tar.gz ${AB_TREES:-after copying before} && rm -rf ${AB_TREES:-after copying before})

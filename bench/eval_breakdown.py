@@ -1,0 +1,70 @@
+"""Where a loop run's time went, candidate by candidate (issue 4's throughput figure).
+
+    PYTHONPATH=. python3 bench/eval_breakdown.py PROJECT.cuagent [...]
+
+For each project: the wall time between verdicts split into the evaluator's own phases (check,
+judge, time: the supervisor's clocks), the rest of the evaluation (messages, set-up) and the loop's
+time outside the evaluation (proposing, compile waits, the project write); and the same sums for
+the candidates whose kernel ran under and over twice the run's fastest time, since random search's
+slow schedules make the protocol's repetitions longer. Prints Markdown.
+"""
+from __future__ import annotations
+
+import statistics
+import sys
+from datetime import datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from core.project import Project  # noqa: E402
+
+
+def rows(path: Path) -> list[dict]:
+    with Project.open(path, readonly=True) as project:
+        recs = [r for r in project.candidates() if r.evaluated_at and r.extra.get("counted", True)]
+    recs.sort(key=lambda r: r.id)
+    out, last = [], None
+    for r in recs:
+        done = datetime.fromisoformat(r.evaluated_at)
+        gap = (done - last).total_seconds() if last else None
+        last = done
+        sec = (r.extra.get("details") or {}).get("seconds") or {}
+        out.append({"gap": gap, "eval": r.extra.get("eval_seconds"), "ms": r.median_ms if r.status == "measured" else None,
+                    "status": r.status, **{k: sec.get(k, 0.0) for k in ("check", "judge", "time")}})
+    return out
+
+
+def table(name: str, rs: list[dict]) -> list[str]:
+    timed = [r for r in rs[1:] if r["gap"] is not None and r["eval"] is not None]
+    fastest = min((r["ms"] for r in timed if r["ms"]), default=None)
+    lines = [f"### {name}", "",
+             "| candidates | n | wall s | check | judge | time | rest of evaluation | outside evaluation | mean gap s | median kernel ms |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    groups = [("all", timed)]
+    if fastest:
+        groups += [(f"kernel <= {2 * fastest:.2f} ms", [r for r in timed if r["ms"] and r["ms"] <= 2 * fastest]),
+                   (f"kernel > {2 * fastest:.2f} ms", [r for r in timed if r["ms"] and r["ms"] > 2 * fastest]),
+                   ("not measured", [r for r in timed if not r["ms"]])]
+    for label, g in groups:
+        if not g:
+            continue
+        s = {k: sum(r[k] for r in g) for k in ("gap", "eval", "check", "judge", "time")}
+        kernel = [r["ms"] for r in g if r["ms"]]
+        lines.append(f"| {label} | {len(g)} | {s['gap']:.1f} | {s['check']:.1f} | {s['judge']:.1f} | {s['time']:.1f} | "
+                     f"{s['eval'] - s['check'] - s['judge'] - s['time']:.1f} | {s['gap'] - s['eval']:.1f} | "
+                     f"{s['gap'] / len(g):.3f} | {statistics.median(kernel) if kernel else float('nan'):.2f} |")
+    return lines + [""]
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print(__doc__)
+        return 2
+    for p in argv:
+        print("\n".join(table(Path(p).name, rows(Path(p)))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
