@@ -7,7 +7,7 @@ nearest upsampling, flip, pad, ceil-mode and dilated pools, label-smoothed cross
 one-value tensors made inside forward (`torch.min(x, torch.tensor(0.5))`), and a third group: masked
 attention and scaled_dot_product_attention, nn.Embedding, torch.gather, advanced indexing (x[i, j],
 a hand-written NLL's logp[torch.arange(n), t]), one_hot, adaptive pools whose
-output divides the input, sliding windows (Tensor.unfold), diagonals and trace, residual blocks, an MLP, BCE-with-logits, NLL and margin-ranking losses. Each must generate, and
+output divides the input, sliding windows (Tensor.unfold), diagonals and trace, cummax / cummin, residual blocks, an MLP, BCE-with-logits, NLL and margin-ranking losses. Each must generate, and
 its CUDA must match the Model under the fuzz harness's CPU emulation (AddressSanitizer on) at the
 default schedule and one random legal schedule."""
 from __future__ import annotations
@@ -167,6 +167,13 @@ CASES = {
     "unfold_patches_2d": T(["return x.unfold(2, 3, 2).unfold(3, 3, 2) * 2"], "[torch.randn(2, 3, 9, 8)]"),
     "unfold_fp16_last": T(["return x.unfold(-1, 5, 5)"], "[torch.randn(4, 3, 20).half()]"),
     "trace": T(["return torch.trace(x).unsqueeze(0)"], "[torch.randn(64, 48)]"),
+    # cummax / cummin (the scan family since 2026-12-06), after a product, before reductions, transposed.
+    "linear_cummax_scale": T(["x = self.m(x)", "return torch.cummax(x, dim=1).values * 2.0"], "[torch.randn(32, 96)]",
+        ["self.m = nn.Linear(i, o)"], ", i, o", "[96, 80]"),
+    "cummin_values_and_indices_reduced": T(["v, i = torch.cummin(x, dim=0)", "return v.sum(0) + i.float().mean(0)"],
+        "[torch.randn(50, 40)]"),
+    "running_max_transposed_relu": T(["return torch.cummax(torch.relu(x.transpose(1, 2)), dim=2)"],
+        "[torch.randn(2, 70, 6)]"),
     "diagonal_offsets": T(["return torch.diagonal(x, offset=1, dim1=1, dim2=2) * 2 + torch.diagonal(x, offset=-2, dim1=2, dim2=1).sum()"],
         "[torch.randn(3, 7, 9)]"),
     "diag_of_matrix": T(["return torch.diag(x, 1) + 1"], "[torch.randn(8, 8)]"),
