@@ -13,14 +13,15 @@
 # changes). Make it here before the call (the device's copy of .git may be stale), untracked:
 #   for f in compare runner judge channel; do git show 5716906:core/evaluation/$f.py > bench/ab_before/$f.py; done
 # AB_RUN overrides the throughput run (TASK:POLICY:BUDGET); AB_TREES the trees run (default
-# "after copying before"); AB_TESTS the tests ("" skips them); AB_COSTS=0 skips the passes one by one.
+# "after copying before"); AB_TESTS the tests ("" skips them); AB_COSTS=0 skips the passes one by one;
+# AB_HANDOVER=0 skips the hand-over costs.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 out=${OUT:-./protocol-ab-out}
 mkdir -p "$out"; out=$(cd "$out" && pwd)
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 run=${AB_RUN:-bench/tasks/act_mish_1ms.py:random:100}
-timeout 60 python3 bench/handover_cost.py 2>&1 | grep -v Warning | tee "$out/handover.md"
+[ "${AB_HANDOVER:-1}" = 1 ] && timeout 60 python3 bench/handover_cost.py 2>&1 | grep -v Warning | tee "$out/handover.md"
 if [ ! -f bench/ab_before/channel.py ]; then
     mkdir -p bench/ab_before
     for f in compare runner judge channel; do
