@@ -3,7 +3,8 @@
     PYTHONPATH=. python3 bench/eval_breakdown.py PROJECT.cuagent [...]
 
 For each project: the wall time between verdicts split into the evaluator's own phases (check,
-judge, time: the supervisor's clocks), the rest of the evaluation (messages, set-up) and the loop's
+judge, time: the supervisor's clocks), the re-verification of times under the roofline floor (its
+own check, judge and time), the rest of the evaluation (messages, set-up) and the loop's
 time outside the evaluation (proposing, compile waits, the project write); and the same sums for
 the candidates whose kernel ran under and over twice the run's fastest time, since random search's
 slow schedules make the protocol's repetitions longer. Prints Markdown.
@@ -29,9 +30,12 @@ def rows(path: Path) -> list[dict]:
         done = datetime.fromisoformat(r.evaluated_at)
         gap = (done - last).total_seconds() if last else None
         last = done
-        sec = (r.extra.get("details") or {}).get("seconds") or {}
+        details = r.extra.get("details") or {}
+        sec = details.get("seconds") or {}
+        again = details.get("reverify_seconds") or {}
         out.append({"gap": gap, "eval": r.extra.get("eval_seconds"), "ms": r.median_ms if r.status == "measured" else None,
-                    "status": r.status, **{k: sec.get(k, 0.0) for k in ("check", "judge", "time")}})
+                    "status": r.status, **{k: sec.get(k, 0.0) for k in ("check", "judge", "time")},
+                    "reverify": sum(again.values()), "reverified": bool(again)})
     return out
 
 
@@ -39,20 +43,24 @@ def table(name: str, rs: list[dict]) -> list[str]:
     timed = [r for r in rs[1:] if r["gap"] is not None and r["eval"] is not None]
     fastest = min((r["ms"] for r in timed if r["ms"]), default=None)
     lines = [f"### {name}", "",
-             "| candidates | n | wall s | check | judge | time | rest of evaluation | outside evaluation | mean gap s | median kernel ms |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| candidates | n | wall s | check | judge | time | re-verification (n) | rest of evaluation | outside evaluation "
+             "| mean gap s | median kernel ms |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     groups = [("all", timed)]
     if fastest:
         groups += [(f"kernel <= {2 * fastest:.2f} ms", [r for r in timed if r["ms"] and r["ms"] <= 2 * fastest]),
                    (f"kernel > {2 * fastest:.2f} ms", [r for r in timed if r["ms"] and r["ms"] > 2 * fastest]),
-                   ("not measured", [r for r in timed if not r["ms"]])]
+                   ("not measured", [r for r in timed if not r["ms"]]),
+                   ("re-verified (under the floor)", [r for r in timed if r["reverified"]])]
     for label, g in groups:
         if not g:
             continue
-        s = {k: sum(r[k] for r in g) for k in ("gap", "eval", "check", "judge", "time")}
+        s = {k: sum(r[k] for r in g) for k in ("gap", "eval", "check", "judge", "time", "reverify")}
+        n_again = sum(r["reverified"] for r in g)
         kernel = [r["ms"] for r in g if r["ms"]]
+        rest = s["eval"] - s["check"] - s["judge"] - s["time"] - s["reverify"]
         lines.append(f"| {label} | {len(g)} | {s['gap']:.1f} | {s['check']:.1f} | {s['judge']:.1f} | {s['time']:.1f} | "
-                     f"{s['eval'] - s['check'] - s['judge'] - s['time']:.1f} | {s['gap'] - s['eval']:.1f} | "
+                     f"{s['reverify']:.1f} ({n_again}) | {rest:.1f} | {s['gap'] - s['eval']:.1f} | "
                      f"{s['gap'] / len(g):.3f} | {statistics.median(kernel) if kernel else float('nan'):.2f} |")
     return lines + [""]
 
