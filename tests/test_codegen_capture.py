@@ -83,6 +83,23 @@ def test_interpreted_ir_matches_model_on_cpu(name):
         torch.testing.assert_close(g, e, atol=atol, rtol=rtol, equal_nan=True)
 
 
+def test_a_shape_that_depends_on_the_data_is_refused_clearly():
+    source = HEADER + '''
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.unique(x) * 2.0
+
+def get_inputs():
+    return [torch.randint(0, 5, (64,)).float()]
+
+def get_init_inputs():
+    return []
+'''
+    with pytest.raises(CodegenError, match=r"Task 'distinct': '_unique2.default' returns a tensor whose shape depends "
+                                           r"on the input's values"):
+        generate(load_task_from_source(source, "distinct"))
+
+
 def test_unsupported_op_message_names_op_and_task():
     # The largest few of each row: no family lowers it.
     source = HEADER + '''

@@ -253,7 +253,7 @@ def _node(task: str, fx_node: torch.fx.Node, names: dict[str, str], constants: d
     if target is operator.getitem and isinstance(fx_node.args[0], torch.fx.Node):
         # One result of a multi-output op (max.dim gives values and indices).
         return Node(name=fx_node.name, op="getitem", operands=[Ref(names[fx_node.args[0].name])],
-                    attrs={"index": int(fx_node.args[1])}, shape=tuple(int(s) for s in val.shape),
+                    attrs={"index": int(fx_node.args[1])}, shape=_static_shape(task, "getitem", val),
                     dtype=_dtype_name(val.dtype))
     results = list(val) if isinstance(val, (tuple, list)) else [val]
     if schema is None or not results or not all(isinstance(v, torch.Tensor) for v in results):
@@ -280,9 +280,20 @@ def _node(task: str, fx_node: torch.fx.Node, names: dict[str, str], constants: d
                                    task=task, ops=[op])
             attrs[arg.name] = _attr(value, names)
     if len(results) > 1:
-        attrs["results"] = [(tuple(int(s) for s in v.shape), _dtype_name(v.dtype)) for v in results]
+        attrs["results"] = [(_static_shape(task, op, v), _dtype_name(v.dtype)) for v in results]
     return Node(name=fx_node.name, op=op, operands=operands, attrs=attrs,
-                shape=tuple(int(s) for s in results[0].shape), dtype=_dtype_name(results[0].dtype))
+                shape=_static_shape(task, op, results[0]), dtype=_dtype_name(results[0].dtype))
+
+
+def _static_shape(task: str, op: str, value: torch.Tensor) -> tuple[int, ...]:
+    """The traced shape as ints; a size that depends on the data (torch.unique, nonzero, boolean
+    masks) is known only at run time, which no generated kernel plans for."""
+    try:
+        return tuple(int(s) for s in value.shape)
+    except Exception as exc:      # torch raises its own guard errors for unbacked sizes
+        raise CodegenError(f"Task '{task}': '{op}' returns a tensor whose shape depends on the input's "
+                           f"values ({list(value.shape)}), known only at run time; code generation needs "
+                           f"shapes fixed by the input shapes.", task=task, ops=[op]) from exc
 
 
 def _op_name(target: Any) -> str:
