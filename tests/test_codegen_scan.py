@@ -125,6 +125,17 @@ class RunningMax(torch.nn.Module):
         return values + 0.5, indices
 
 
+class RunningBool(torch.nn.Module):
+    """cummax of a mask (a running any) or cummin (a running all), with the indices."""
+
+    def __init__(self, dim: int, op=torch.cummax):
+        super().__init__()
+        self.dim, self.op = dim, op
+
+    def forward(self, m):
+        return self.op(m, dim=self.dim)
+
+
 def _rand(*shape, lo=0.0, hi=1.0, dtype=torch.float32, seed=0):
     gen = torch.Generator().manual_seed(seed)
     return (lo + (hi - lo) * torch.rand(*shape, generator=gen, dtype=torch.float64)).to(dtype)
@@ -172,6 +183,8 @@ CASES = {
     "cummin_cols_int": (RunningMax(1, torch.cummin), [(_ties(3, 37, 5, seed=3) * 8).to(torch.int32)], ["x"]),
     "cummax_half": (RunningMax(1), [_ties(4, 256, seed=4, dtype=torch.float16)], ["x"]),
     "cummax_nan": (RunningMax(1), [_with_nans(3, 200, seed=5)], ["x"]),
+    "cummax_bool": (RunningBool(1), [_rand(3, 100, seed=6) > 0.9], ["m"]),
+    "cummin_bool_cols": (RunningBool(0, torch.cummin), [_rand(40, 7, seed=7) > 0.1], ["m"]),
 }
 
 
@@ -671,6 +684,9 @@ EMULATED = [
     ("cummin_cols_int", {"BLOCK": 64, "VEC": 1, "ITEMS": 8}),
     ("cummax_half", {}),
     ("cummax_nan", {"LANES": 16, "BLOCK": 64, "VEC": 2, "ITEMS": 2}),
+    ("cummax_bool", {"LANES": 32, "BLOCK": 64, "VEC": 2, "ITEMS": 2}),
+    ("cummax_bool", {"LANES": 0, "BLOCK": 64, "VEC": 1, "ITEMS": 1}),
+    ("cummin_bool_cols", {"BLOCK": 64, "VEC": 1, "ITEMS": 4}),
 ]
 
 

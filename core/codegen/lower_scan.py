@@ -66,12 +66,14 @@ def is_scan(node: Node, graph: Graph) -> bool:
     if kind is None or not node.operands or not isinstance(node.operands[0], Ref) or not node.shape:
         return False
     src = graph.value(node.operands[0].name)
-    if src.dtype not in STORAGE_CTYPE or node.dtype not in STORAGE_CTYPE or node.dtype == "bool":
+    if src.dtype not in STORAGE_CTYPE or node.dtype not in STORAGE_CTYPE:
+        return False
+    if kind in PAIR_KINDS:       # bool too: a running any (cummax) or all (cummin)
+        return "results" in node.attrs and node.dtype == src.dtype
+    if node.dtype == "bool":
         return False
     if kind == "lse":
         return node.dtype in FLOAT_DTYPES
-    if kind in PAIR_KINDS:
-        return "results" in node.attrs and node.dtype == src.dtype
     return True
 
 

@@ -76,6 +76,7 @@ RUNNING = {
                                         "torch.randn(64, 4096)"),
     "running_cummax_nan": _running("return torch.cummax(torch.sqrt(x), dim=1)", "torch.randn(128, 777)"),
     "running_cummin_int": _running("return torch.cummin(x, dim=1)", "torch.randint(-5, 5, (200, 300))"),
+    "running_cummax_bool": _running("return torch.cummax(x > 1.5, dim=1)", "torch.randn(100, 500)"),
 }
 
 NEW_OPS = ["conv3d_gn_min_clamp", "scalar_tensors_on_device", "scalar_tensor_half", "embedding", "gather_dim1",
