@@ -3,7 +3,7 @@
     PYTHONPATH=. python3 bench/eval_breakdown.py PROJECT.cuagent [...]
 
 For each project: the wall time between verdicts split into the evaluator's own phases (check,
-judge, time: the supervisor's clocks), the re-verification of times under the roofline floor (its
+judge, time, and the waits for the judge's bundles: the supervisor's clocks), the re-verification of times under the roofline floor (its
 own check, judge and time), the rest of the evaluation (messages, set-up) and the loop's
 time outside the evaluation (proposing, compile waits, the project write); and the same sums for
 the candidates whose kernel ran under and over twice the run's fastest time, since random search's
@@ -20,6 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core.project import Project  # noqa: E402
 
+# The supervisor's phases (details["seconds"]); "wait" and "bundle" since the twenty-eighth session.
+PHASES = ("check", "wait", "judge", "time", "bundle")
+
 
 def rows(path: Path) -> list[dict]:
     with Project.open(path, readonly=True) as project:
@@ -34,7 +37,7 @@ def rows(path: Path) -> list[dict]:
         sec = details.get("seconds") or {}
         again = details.get("reverify_seconds") or {}
         out.append({"gap": gap, "eval": r.extra.get("eval_seconds"), "ms": r.median_ms if r.status == "measured" else None,
-                    "status": r.status, **{k: sec.get(k, 0.0) for k in ("check", "judge", "time")},
+                    "status": r.status, **{k: sec.get(k, 0.0) for k in PHASES},
                     "reverify": sum(again.values()), "reverified": bool(again)})
     return out
 
@@ -43,9 +46,9 @@ def table(name: str, rs: list[dict]) -> list[str]:
     timed = [r for r in rs[1:] if r["gap"] is not None and r["eval"] is not None]
     fastest = min((r["ms"] for r in timed if r["ms"]), default=None)
     lines = [f"### {name}", "",
-             "| candidates | n | wall s | check | judge | time | re-verification (n) | rest of evaluation | outside evaluation "
-             "| mean gap s | median kernel ms |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| candidates | n | wall s | check | wait | judge | time | bundle | re-verification (n) | rest of evaluation "
+             "| outside evaluation | mean gap s | median kernel ms |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     groups = [("all", timed)]
     if fastest:
         groups += [(f"kernel <= {2 * fastest:.2f} ms", [r for r in timed if r["ms"] and r["ms"] <= 2 * fastest]),
@@ -55,11 +58,11 @@ def table(name: str, rs: list[dict]) -> list[str]:
     for label, g in groups:
         if not g:
             continue
-        s = {k: sum(r[k] for r in g) for k in ("gap", "eval", "check", "judge", "time", "reverify")}
+        s = {k: sum(r[k] for r in g) for k in ("gap", "eval", "reverify", *PHASES)}
         n_again = sum(r["reverified"] for r in g)
         kernel = [r["ms"] for r in g if r["ms"]]
-        rest = s["eval"] - s["check"] - s["judge"] - s["time"] - s["reverify"]
-        lines.append(f"| {label} | {len(g)} | {s['gap']:.1f} | {s['check']:.1f} | {s['judge']:.1f} | {s['time']:.1f} | "
+        rest = s["eval"] - s["reverify"] - sum(s[k] for k in PHASES)
+        lines.append(f"| {label} | {len(g)} | {s['gap']:.1f} | " + " | ".join(f"{s[k]:.1f}" for k in PHASES) + " | "
                      f"{s['reverify']:.1f} ({n_again}) | {rest:.1f} | {s['gap'] - s['eval']:.1f} | "
                      f"{s['gap'] / len(g):.3f} | {statistics.median(kernel) if kernel else float('nan'):.2f} |")
     return lines + [""]

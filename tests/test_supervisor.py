@@ -28,6 +28,9 @@ def test_good_candidate_is_measured(supervisor):
     out = supervisor.evaluate(program("ok"))
     assert out.status is Status.MEASURED
     assert len(out.samples_ms) == 21
+    # Where its time went: every phase, the waits for the judge's bundles included.
+    assert set(out.seconds) == {"check", "wait", "judge", "time", "bundle"}
+    assert all(v >= 0 for v in out.seconds.values())
 
 
 def test_the_timed_phase_setting_reaches_the_runner():

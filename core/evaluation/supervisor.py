@@ -353,6 +353,7 @@ class GpuSupervisor:
 
     def _evaluate_with_bundle(self, artifact: P.Artifact, interleave_rounds: int,
                               prepare: P.Prepare | None) -> Outcome:
+        t0 = time.perf_counter()
         if prepare is not None:     # a custom bundle (e.g. more input sets to re-verify)
             self.judge_bundle_wait()
             if self.bundle is not None:
@@ -360,6 +361,7 @@ class GpuSupervisor:
                 self.bundle = None
             self.judge.send(prepare)
         bundle = self._take_bundle()
+        taking = time.perf_counter() - t0
         if prepare is None and self.settings.prepare_during_check and bundle.room_for_next:
             self._prefetch()              # collected before the judge is asked anything (_evaluate)
         fresh = isinstance(artifact, P.ModelNewArtifact)
@@ -369,11 +371,17 @@ class GpuSupervisor:
             self._finish_bundle(bundle)
             return Outcome(Status.CRASHED, f"could not start a fresh process for the candidate: {exc}")
         try:
-            return self._evaluate(runner, artifact, bundle, fresh, interleave_rounds)
+            outcome = self._evaluate(runner, artifact, bundle, fresh, interleave_rounds)
         finally:
             if fresh:
                 runner.kill()
+            t1 = time.perf_counter()
             self._finish_bundle(bundle)
+            finishing = time.perf_counter() - t1
+        # Taking the judge's bundle (drawn and referenced while the GPU did other work) and releasing
+        # it: time in no phase of _evaluate (docs/evaluator.md, "Where an evaluation's time goes").
+        outcome.seconds["bundle"] = taking + finishing
+        return outcome
 
     def _revive(self) -> None:
         """Restart a judge that died or hung (references are redrawn), and a missing runner."""
@@ -441,6 +449,8 @@ class GpuSupervisor:
                                                "under a seed?)", seconds=seconds)
         t1 = time.perf_counter()
         self.judge_bundle_wait()          # a request drains owed replies: take the next bundle first
+        seconds["wait"] = time.perf_counter() - t1
+        t1 = time.perf_counter()
         verdict = self.judge.request(P.Judge(bundle.id, "check", check.outputs, allow_ipc=not fresh), s.judge_timeout_s)
         seconds["judge"] = time.perf_counter() - t1
         if isinstance(verdict, P.Failure):
@@ -448,7 +458,9 @@ class GpuSupervisor:
                            details=verdict.details)
         if not verdict.ok:
             return Outcome(Status(verdict.status), verdict.reason, kernels=check.kernels, seconds=seconds)
+        t2 = time.perf_counter()
         self._quiet_gpu()
+        seconds["wait"] += time.perf_counter() - t2
         t2 = time.perf_counter()
         if interleave_rounds:
             msg: Any = P.Interleave(artifact, bundle, self.tolerance, interleave_rounds, lean=self.lean)
