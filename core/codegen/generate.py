@@ -5,9 +5,8 @@ Families: pointwise (elementwise chains with broadcasting), rowreduce (softmax /
 lone sum, mean, amax, amin over the last dim), reduce (any reduction over any dims with a
 pointwise prologue and epilogue), rownorm (reductions over the same rows with the elementwise
 ops that use their results on the rows again, one kernel: norms, logsumexp, row distances,
-softmax over any dim), scan (cumsum / cumprod / logcumsumexp / cummax / cummin with flips and pointwise
-ops around them), pool
-(max / avg pooling with a pointwise epilogue), matmul (a matrix product, batched or not, its operands
+softmax over any dim), scan (cumsum / cumprod / logcumsumexp / cummax / cummin with flips and
+pointwise ops around them), pool (max / avg pooling with a pointwise epilogue), matmul (a matrix product, batched or not, its operands
 read where they lie, transposed or not, with a pointwise epilogue), conv (a convolution as an implicit
 product by the same kernel). partition.py forms the groups; a family that refuses a group's prologue or epilogue is retried without it (those ops then run in a pointwise
 group); a refused row group is retried with its reductions unfused, on the graph canonicalised
