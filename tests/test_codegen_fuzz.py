@@ -416,12 +416,13 @@ def gen_scan(rng: random.Random, name: str) -> FuzzCase:
         body = [f"return torch.cumsum(x * mask, dim={dim})"]
     elif kind == "running":         # cummax / cummin: values and indices, maybe reversed
         op = rng.choice(["cummax", "cummin"])
-        operand = rng.choice([_unary(rng, "x"), "x", "x > 0.5"])     # a bool mask: a running any / all
+        operand = rng.choice([_unary(rng, "x"), "x", "x > 0.5"])
+        mask = operand == "x > 0.5"                                     # a bool: a running any / all
         if rng.random() < 0.3:
             kind += " reversed"
             body = [f"v, i = torch.{op}(({operand}).flip({dim}), dim={dim})", f"return v.flip({dim}), i.flip({dim})"]
         else:
-            values = "v" if ">" in operand else _unary(rng, "v")           # no float math on a bool
+            values = "v" if mask else _unary(rng, "v")                    # no float math on a bool
             body = [f"v, i = torch.{op}({operand}, dim={dim})", f"return {values}, i"]
         kind += f" {op}"
     else:

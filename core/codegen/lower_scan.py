@@ -284,16 +284,15 @@ def _analyse(graph: Graph) -> _Group:
             raise _fail(graph, f"the group returns {scan.op}'s result pair itself; it returns its values "
                                f"and indices (getitem 0 and 1).")
         acc_dtype = scan.dtype        # a max or min is exact: compared in the compute type
-        return _Group(graph, scan, kind, shape, dim, rev, pre, post, ins, outs,
-                      COMPUTE_CTYPE[acc_dtype], acc_dtype, values)
-    if kind == "lse":
+    elif kind == "lse":
         acc_dtype = "float64" if scan.dtype == "float64" else "float32"
     elif scan.dtype in INT_DTYPES:
         acc_dtype = "int64"
     else:
         acc_dtype = "float64"
+    # The compute type: the storage type of the wide accumulators, float for an fp16 / bf16 max or min.
     return _Group(graph, scan, kind, shape, dim, rev, pre, post, ins, outs,
-                  STORAGE_CTYPE[acc_dtype], acc_dtype, values)
+                  COMPUTE_CTYPE[acc_dtype], acc_dtype, values)
 
 
 def _node_desc(node: Node) -> str:
@@ -513,7 +512,7 @@ def _emit_element_fns(g: _Group, p: str) -> str:
     out = [f"struct {acc} {{ {g.acc_ctype} v; long long i; }};   // value, index of the running max / min"
            if g.pair else f"typedef {g.acc_ctype} {acc};",
            f"CA_HD {acc} {p}_comb({acc} a, {acc} b) {{\n    {_comb_body(g)}\n}}",
-           _emit_pair_helpers(g, p),
+           _emit_carry_helpers(g, p),
            f"CA_HD long long {p}_min(long long a, long long b) {{ return a < b ? a : b; }}",
            f"CA_HD long long {p}_cdiv(long long a, long long b) {{ return (a + b - 1) / b; }}"]
 
@@ -567,7 +566,7 @@ def _emit_element_fns(g: _Group, p: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def _emit_pair_helpers(g: _Group, p: str) -> str:
+def _emit_carry_helpers(g: _Group, p: str) -> str:
     """`{p}_at(x, i)` gives an element its index along the scan (a no-op for one-word scans), and
     `{p}_shfl_up` / `{p}_shfl` are the warp shuffles of the accumulator (a pair: field by field)."""
     acc = f"{p}_acc"
