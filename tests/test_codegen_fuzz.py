@@ -49,7 +49,7 @@ CASES = int(os.environ.get("CA_FUZZ_CASES", "60"))
 SEED = int(os.environ.get("CA_FUZZ_SEED", "0"))
 SCHEDULES = int(os.environ.get("CA_FUZZ_SCHEDULES", "3"))       # random legal schedules beyond the default
 FAMILIES = ["pointwise", "reduce", "softmax", "norm", "loss", "scan", "pool", "long", "compose", "move", "matmul",
-            "conv"]
+            "conv", "select"]
 ONLY = [f for f in os.environ.get("CA_FUZZ_FAMILIES", "").split(",") if f]
 KEEP = os.environ.get("CA_FUZZ_KEEP")
 MAX_THREADS_PER_EXE = 2_000_000            # emulated threads (blocks x block size) per executable run
@@ -586,14 +586,19 @@ def gen_move(rng: random.Random, name: str) -> FuzzCase:
                 pads += [lo, hi]
                 cur[r - 1 - i] = size + lo + hi
             body.append(f"{nv} = F.pad({v}, {tuple(pads)!r}, mode='{mode}')")
-        elif kind == "upsample":
+        elif kind == "upsample":                # nearest copies; the linear modes and bicubic weigh
+            modes = ["nearest", "nearest-exact"]
+            if dtype != "torch.int64":
+                modes += [{3: "linear", 4: "bilinear", 5: "trilinear"}[r]] * 2 + (["bicubic"] if r == 4 else [])
+            mode = rng.choice(modes)
+            corners = f", align_corners={rng.random() < 0.5}" if mode not in ("nearest", "nearest-exact") else ""
             if rng.random() < 0.5:
-                body.append(f"{nv} = F.interpolate({v}, scale_factor={rng.choice([2, 3])}, mode='nearest')")
-                f = int(body[-1].split("scale_factor=")[1].split(",")[0])
-                cur = cur[:2] + [c * f for c in cur[2:]]
+                f = rng.choice([2, 3, 1.5] + ([0.5] if min(cur[2:]) >= 2 else []))
+                body.append(f"{nv} = F.interpolate({v}, scale_factor={f}, mode='{mode}'{corners})")
+                cur = cur[:2] + [int(c * f) for c in cur[2:]]
             else:
                 size = [rng.randint(1, 9) for _ in cur[2:]]
-                body.append(f"{nv} = F.interpolate({v}, size={tuple(size)!r}, mode='nearest')")
+                body.append(f"{nv} = F.interpolate({v}, size={tuple(size)!r}, mode='{mode}'{corners})")
                 cur = cur[:2] + size
         elif kind == "flip":
             dims = sorted(rng.sample(range(r), rng.randint(1, r)))
@@ -736,9 +741,50 @@ def gen_conv(rng: random.Random, name: str) -> FuzzCase:
                                          init=[f"self.conv = {layer}{cast}"]), f"{dtype} {layer} on {size}")
 
 
+def gen_select(rng: random.Random, name: str) -> FuzzCase:
+    """sort / argsort / topk / kthvalue / median / nanmedian along a random dim, after an elementwise op
+    half the time. Ties only where the order is defined on both sides: fp16 / bf16 and integer
+    inputs and relu-like ops (which tie often) are sorted stably; topk, kthvalue and median read
+    fp32 through one-to-one ops (CPU and CUDA choose among tied indices differently, and fp32 randn
+    rarely ties)."""
+    rank = rng.randint(1, 4)
+    shape = _shape(rng, rank)
+    dim = rng.randrange(-rank, rank)
+    kind = rng.choice(["sort", "argsort", "topk", "kthvalue", "median", "nanmedian"] +
+                      (["median_all"] if _numel(shape) <= 4096 else []))      # the whole tensor: one row
+    dtype = rng.choice([F32, F16, BF16, "torch.int64"]) if kind in ("sort", "argsort") else F32
+    inputs = [f"torch.randint(-20, 20, {tuple(shape)!r})" if dtype == "torch.int64" else _randn(shape, dtype)]
+    if dtype == "torch.int64" or rng.random() < 0.5:
+        x = "x"
+    elif kind in ("sort", "argsort"):
+        x = _unary(rng, "x")        # relu's zeros tie: the stable order is defined
+    else:                           # one-to-one on randn's values: no ties made here
+        x = rng.choice(["x * 2.0 - 0.5", "torch.sin(x)", "torch.exp(x)", "-x"])
+    if kind == "nanmedian":
+        x = "torch.log(x + 1.5)"    # NaN where x < -1.5; a row of NaN only (whose index PyTorch leaves open) is rare
+    length = shape[dim]
+    desc = rng.random() < 0.5
+    if kind == "sort":
+        body = [f"v, i = torch.sort({x}, dim={dim}, descending={desc}, stable=True)", "return v, i"]
+    elif kind == "argsort":
+        body = [f"return torch.argsort({x}, dim={dim}, descending={desc}, stable=True)"]
+    elif kind == "topk":
+        k = rng.randint(1, length)
+        body = [f"v, i = torch.topk({x}, {k}, dim={dim}, largest={desc})", f"return {_unary(rng, 'v')}, i"]
+    elif kind == "kthvalue":
+        k = rng.randint(1, length)
+        body = [f"return torch.kthvalue({x}, {k}, dim={dim}, keepdim={desc})"]
+    elif kind in ("median", "nanmedian"):
+        body = [f"return torch.{kind}({x}, dim={dim}, keepdim={desc})"]
+    else:
+        body = [f"return torch.median({x})"]
+    return FuzzCase(name, "select", _source("x", body, inputs), f"{dtype} {shape} {kind} dim={dim}")
+
+
 GENERATORS = {"pointwise": gen_pointwise, "reduce": gen_reduce, "softmax": gen_softmax, "norm": gen_norm,
               "loss": gen_loss, "scan": gen_scan, "pool": gen_pool, "long": gen_long,
-              "compose": gen_compose, "move": gen_move, "matmul": gen_matmul, "conv": gen_conv}
+              "compose": gen_compose, "move": gen_move, "matmul": gen_matmul, "conv": gen_conv,
+              "select": gen_select}
 
 
 def draw_cases(count: int, seed: int, families: list[str] | None = None) -> list[FuzzCase]:

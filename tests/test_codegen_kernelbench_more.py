@@ -7,13 +7,15 @@ nearest upsampling, flip, pad, ceil-mode and dilated pools, label-smoothed cross
 one-value tensors made inside forward (`torch.min(x, torch.tensor(0.5))`), and a third group: masked
 attention and scaled_dot_product_attention, nn.Embedding, torch.gather, advanced indexing (x[i, j],
 a hand-written NLL's logp[torch.arange(n), t]), one_hot, adaptive pools whose
-output divides the input, sliding windows (Tensor.unfold), diagonals and trace, cummax / cummin, residual blocks, an MLP, BCE-with-logits, NLL and margin-ranking losses. Each must generate, and
+output divides the input, sliding windows (Tensor.unfold), diagonals and trace, cummax / cummin, upsampling (every F.interpolate mode but the antialiased ones), residual blocks, an MLP, BCE-with-logits, NLL and margin-ranking losses. Each must generate, and
 its CUDA must match the Model under the fuzz harness's CPU emulation (AddressSanitizer on) at the
 default schedule and one random legal schedule."""
 from __future__ import annotations
 
 import pytest
 
+from core.codegen import CodegenError, generate
+from core.tasks import load_task_from_source
 from tests.test_codegen_fuzz import GXX
 from tests.test_codegen_kernelbench_style import _task as T
 from tests.test_codegen_kernelbench_style import emulate_cases
@@ -188,6 +190,69 @@ def test_more_kernelbench_style_operators_generate_and_match_the_model(monkeypat
     # The default, and a random legal schedule where the space has another one.
     assert all(o.runs >= 1 for o in outcomes) and sum(o.runs == 2 for o in outcomes) >= len(outcomes) - 3, \
         [(o.case.name, o.runs) for o in outcomes]
+
+
+# F.interpolate (2026-12-07): nearest and nearest-exact as index tables, linear / bilinear / trilinear /
+# bicubic as one move kernel with index and weight tables (ATen's formulas: half-pixel or aligned
+# corners, a given scale factor or the sizes' ratio, clamped bicubic taps), in every float dtype,
+# up and down, with a convolution before and activations after. Antialiased modes are refused.
+UPSAMPLING = {
+    "upsample_bilinear_x2": T(["return F.interpolate(x, scale_factor=2, mode='bilinear', align_corners=False)"],
+                              "[torch.randn(2, 3, 8, 10)]"),
+    "upsample_bilinear_aligned_sizes": T(["return F.interpolate(x, size=(13, 7), mode='bilinear', align_corners=True)"],
+                                         "[torch.randn(2, 3, 8, 10)]"),
+    "upsample_bilinear_down_relu": T(["return torch.relu(F.interpolate(x, size=(5, 6), mode='bilinear'))"],
+                                     "[torch.randn(2, 3, 8, 10)]"),
+    "upsample_bilinear_fractional_double": T(["return F.interpolate(x.double(), scale_factor=1.7, mode='bilinear').float()"],
+                                             "[torch.randn(2, 3, 8, 10)]"),
+    "upsample_bilinear_bf16": T(["return F.interpolate(x.bfloat16(), scale_factor=2, mode='bilinear').float()"],
+                                "[torch.randn(2, 3, 8, 10)]"),
+    "upsample_module_half": T(["return self.u(x.half()).float()"], "[torch.randn(2, 3, 8, 10)]",
+                              ["self.u = nn.Upsample(scale_factor=2, mode='bilinear')"]),
+    "upsample_linear1d": T(["return F.interpolate(x, scale_factor=3, mode='linear')"], "[torch.randn(2, 3, 9)]"),
+    "upsample_trilinear": T(["return F.interpolate(x, scale_factor=2, mode='trilinear')"], "[torch.randn(1, 2, 4, 5, 6)]"),
+    "upsample_trilinear_aligned_odd": T(["return F.interpolate(x, size=(3, 9, 1), mode='trilinear', align_corners=True) * 2"],
+                                        "[torch.randn(1, 2, 4, 5, 6)]"),
+    "upsample_bicubic": T(["return F.interpolate(x, scale_factor=2, mode='bicubic', align_corners=False)"],
+                          "[torch.randn(2, 3, 8, 10)]"),
+    "upsample_bicubic_aligned": T(["return F.interpolate(x, size=(17, 5), mode='bicubic', align_corners=True)"],
+                                  "[torch.randn(2, 3, 8, 10)]"),
+    "upsample_nearest_exact": T(["return F.interpolate(x, scale_factor=1.5, mode='nearest-exact')"],
+                                "[torch.randn(2, 3, 8, 10)]"),
+    "upsample_nearest_exact1d": T(["return F.interpolate(x, size=13, mode='nearest-exact')"], "[torch.randn(2, 3, 9)]"),
+    "upsample_nearest1d": T(["return F.interpolate(x, scale_factor=3, mode='nearest')"], "[torch.randn(2, 3, 9)]"),
+    "upsample_nearest3d": T(["return F.interpolate(x, size=(5, 7, 3), mode='nearest')"], "[torch.randn(1, 2, 4, 5, 6)]"),
+    "upsample_conv_bilinear_sigmoid": T(["x = self.conv(x)",
+                                         "x = F.interpolate(x, scale_factor=2, mode='bilinear', align_corners=False)",
+                                         "return torch.sigmoid(x)"], "[torch.randn(2, 4, 8, 8)]",
+                                        ["self.conv = nn.Conv2d(c, 8, 3, padding=1)"], ", c", "[4]"),
+}
+
+
+@pytest.mark.skipif(GXX is None, reason="no host C++ compiler")
+@pytest.mark.timeout(900)
+def test_upsampling_generates_and_matches_the_model(monkeypatch):
+    outcomes = emulate_cases(UPSAMPLING, 13, monkeypatch)
+    assert all(o.runs >= 1 for o in outcomes), [(o.case.name, o.runs) for o in outcomes]
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic", "trilinear", "linear"])
+def test_interpolation_is_one_kernel_that_reads_the_input_once_per_tap(mode):
+    """Not torch's decomposition (aranges, then four or sixteen gathers each written out, then the sums)."""
+    shape = {"linear": "(2, 3, 40)", "trilinear": "(1, 2, 6, 8, 10)"}.get(mode, "(2, 3, 16, 20)")
+    task = load_task_from_source(T([f"return F.interpolate(x, scale_factor=2, mode='{mode}')"],
+                                   f"[torch.randn{shape}]"), f"up_{mode}")
+    gen = generate(task)
+    assert [launch.args for launch in gen.program.launches] == [["x", "out"]]
+    taps = {"linear": 2, "bilinear": 4, "trilinear": 8, "bicubic": 16}[mode]
+    assert gen.program.source.count("= in0[") == taps
+
+
+def test_antialiased_interpolation_is_refused_with_the_op_named():
+    task = load_task_from_source(T(["return F.interpolate(x, size=(4, 5), mode='bilinear', antialias=True)"],
+                                   "[torch.randn(2, 3, 8, 10)]"), "up_aa")
+    with pytest.raises(CodegenError, match="_upsample_bilinear2d_aa"):
+        generate(task)
 
 
 # Blocks of KernelBench level-3 style networks (MobileNet, VGG, a ViT block, minGPT's causal

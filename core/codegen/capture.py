@@ -41,6 +41,13 @@ def decomposition_table() -> Any:
         aten._native_batch_norm_legit_functional,
     ]))
     table[aten.embedding.default] = _embedding_rows
+    # Upsampling stays whole: partition.canonicalize makes it one move kernel with its index and
+    # weight tables (torch's decompositions compute indices with aranges and gather four times).
+    for op in list(table):
+        if str(op).split(".")[1].lstrip("_").startswith(("upsample_nearest", "upsample_linear", "upsample_bilinear2d",
+                                                             "upsample_trilinear", "upsample_bicubic2d")) \
+                and not str(op).endswith(".out") and "_aa." not in str(op):
+            del table[op]
     for op, pool in ((aten._adaptive_avg_pool2d.default, aten.avg_pool2d.default),
                      (aten._adaptive_avg_pool3d.default, aten.avg_pool3d.default),
                      (aten.adaptive_max_pool2d.default, aten.max_pool2d_with_indices.default),

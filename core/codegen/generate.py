@@ -83,18 +83,20 @@ def unsupported_nodes(graph: Graph) -> list[Node]:
 
 
 def _available() -> str:
-    have = [name for name in ("reduce", "scan", "pool", "matmul") if family_module(name) is not None]
+    have = [name for name in ("reduce", "scan", "pool", "matmul", "select") if family_module(name) is not None]
     parts = ["elementwise ops (arithmetic, comparisons, where, clamp, the common activations)",
              "softmax / log-softmax and sum / mean / amax / amin over the last dim",
              "data movement (cat, slicing, split / chunk / unbind, constant padding, permute / transpose, "
-             "flip, index_select, gather, integer indexing, unfold, diagonal) as copies"]
+             "flip, index_select, gather, integer indexing, unfold, diagonal) as copies",
+             "upsampling (nearest, nearest-exact, linear, bilinear, trilinear, bicubic; not antialiased)"]
     text = {"reduce": "reductions over any dims (sum, mean, prod, max/min, argmax/argmin, var/std, "
                       "norms) with elementwise ops around them; a gather of one element per row along one dim "
                       "(cross-entropy, NLL, also over [N, C, d...])",
             "scan": "cumsum / cumprod / logcumsumexp / cummax / cummin (also reversed with flips)",
             "pool": "max / avg pooling",
             "matmul": "matrix products (mm, bmm, matmul, nn.Linear, addmm) and convolutions (transposed ones too) "
-                      "with elementwise ops on the result"}
+                      "with elementwise ops on the result",
+            "select": "sort / argsort / topk (sorted) / kthvalue / median / nanmedian along rows of up to 4096"}
     return "; ".join(parts + [text[h] for h in have])
 
 

@@ -2,8 +2,8 @@
 constant / replicate / reflect padding, permute / transpose copies, flips that no scan takes,
 index_select (torch.roll, x[:, i]), advanced indexing (x[i, j], x[torch.arange(n), t]), torch.gather
 (nn.Embedding arrives as index_select), sliding
-windows (Tensor.unfold), diagonals (torch.diagonal, trace's), nearest upsampling and arange: one
-gather kernel for a whole chain of them.
+windows (Tensor.unfold), diagonals (torch.diagonal, trace's), nearest upsampling, linear / bilinear /
+trilinear / bicubic interpolation and arange: one gather kernel for a whole chain of them.
 
 partition.canonicalize rewrites each such op into a `ca_move.default` node (to_move). Its attrs
 hold a *tree*, plain data, that maps the node's output back to its tensor operands. When an
@@ -31,12 +31,18 @@ transpose of a slice. Tree steps, each with the `shape` of its result:
                                                              .., k + max(O, 0) at D2, ..] (torch.diagonal)
     {"op": "const", "value": V, ...}                         a constant operand (zeros_like, full)
     {"op": "iota", "start": S, "step": T, ...}               arange: S + i * T along its one dim
+    {"op": "interp", "dims": [D...], "taps": [[{"index": [...], "weight": [...]}, ...] per dim], ...}
+                                                             F.interpolate's linear modes and bicubic:
+                                                             sum over taps of weight[i] * child[.., index[i], ..],
+                                                             dims nested in order (the last innermost), in the
+                                                             compute type and rounded once, as ATen's kernels do
 
 The kernel: each thread takes ITEMS output elements BLOCK apart (coalesced stores), unravels the
 flat index over the output shape (literal sizes: divisions become multiplies) and walks the tree
-back to one element of an operand or a pad value. Elementwise ops on the result that the partitioner
+back to one element of an operand or a pad value (an interp step reads several and weighs them). Elementwise ops on the result that the partitioner
 adds as an epilogue run on that value before the stores (store()). Reads follow the tree: contiguous for slices,
-pads and cats, strided for transposes. Values are copied as stored, so every dtype moves exactly.
+pads and cats, strided for transposes. Values are copied as stored, so every dtype moves exactly
+(interpolation aside: it computes).
 
 A copy that is only a transpose (a permute of one operand whose innermost dim moves) has a second
 form, TILED=1 (its default when both dims of the plane are 16 or more): 32 x 32 tiles of the plane
@@ -206,6 +212,15 @@ def upsample_tree(node: Node, src: Any, tables: list[list[int]]) -> Node:
     return Node(node.name, MOVE, [node.operands[0]], {"tree": tree}, node.shape, node.dtype)
 
 
+def interp_tree(node: Node, src: Any, taps: list[list[dict[str, list]]]) -> Node:
+    """A ca_move node interpolating `src` over its spatial dims (2, 3, ...): `taps[k]` are dim
+    2 + k's taps, each an index table and a weight table over the output positions."""
+    dims = list(range(2, 2 + len(taps)))
+    return Node(node.name, MOVE, [node.operands[0]], {"tree": {
+        "op": "interp", "dims": dims, "taps": taps, "shape": list(node.shape),
+        "child": {"op": "in", "k": 0, "shape": list(src.shape)}}}, node.shape, node.dtype)
+
+
 def arange_to_move(node: Node) -> Node | None:
     """An arange (no operands) as a ca_move node with an iota tree; None for other forms."""
     a = node.attrs
@@ -315,6 +330,8 @@ def describe(t: Tree, names: list[str]) -> str:
         return f"unfold({inner}, dim {t['dim']}, size {t['shape'][-1]}, step {t['step']})"
     if op == "diagonal":
         return f"diagonal({inner}, offset {t['offset']}, dims {t['dims']})"
+    if op == "interp":
+        return f"interpolate({inner}, dims {t['dims']}, {len(t['taps'][0])} taps, to {t['shape']})"
     return f"{op}({inner}, {t['dims']})"
 
 
@@ -555,12 +572,48 @@ class _Emitter:
         self.kernel, self.dtype, self.operands, self.idx_t = kernel, dtype, operands, idx_t
         self.count = 0
         self.tables: list[str] = []      # file-scope index tables
+        self.named: dict[tuple, str] = {}   # interp tables already written, by (ctype, values)
 
     def temp(self, lines: list[str], pad: str, expr: str) -> str:
         self.count += 1
         name = f"j{self.count}"
         lines.append(f"{pad}const {self.idx_t} {name} = {expr};")
         return name
+
+    def table(self, values: list, ctype: str) -> str:
+        """A file-scope constant table of `values` (written once), by name."""
+        key = (ctype, tuple(values))
+        if key not in self.named:
+            self.named[key] = name = f"{self.kernel}_table{len(self.tables)}"
+            self.tables.append(f"__device__ const {ctype} {name}[{len(values)}] = {{"
+                               f"{', '.join(literal(v, ctype) for v in values)}}};")
+        return self.named[key]
+
+    def interp(self, t: Tree, level: int, out: list[str], j: list[str], pad: str) -> tuple[list[str], str]:
+        """Statements computing the interpolation over t's dims from `level` on (`j`: the child's
+        index so far), and the name of the compute-type value. Each tap's weight multiplies the value
+        of the levels inside it; the taps are summed in order (ATen's h0 * (w0 * a + w1 * b) + ...)."""
+        ct = COMPUTE_CTYPE[self.dtype]
+        lines: list[str] = []
+        if level == len(t["dims"]):
+            lines += self.gen(t["child"], j, pad)
+            self.count += 1
+            lines.append(f"{pad}const {ct} q{self.count} = {load_expr(self.dtype, 'v')};")
+            return lines, f"q{self.count}"
+        d = t["dims"][level]
+        terms = []
+        for tap in t["taps"][level]:
+            k = list(j)
+            k[d] = self.temp(lines, pad, f"({self.idx_t}){self.table(tap['index'], 'int')}[{out[d]}]")
+            self.count += 1
+            weight = f"w{self.count}"
+            lines.append(f"{pad}const {ct} {weight} = {self.table(tap['weight'], ct)}[{out[d]}];")
+            inner, value = self.interp(t, level + 1, out, k, pad)
+            lines += inner
+            terms.append(f"{weight} * {value}")
+        self.count += 1
+        lines.append(f"{pad}const {ct} q{self.count} = {' + '.join(terms)};")
+        return lines, f"q{self.count}"
 
     def guarded(self, conds: list[str], child: Tree, idx: list[str], pad: str, fill: str) -> list[str]:
         """The child's element where every condition holds, else `fill`."""
@@ -674,6 +727,9 @@ class _Emitter:
             # Out of range (PyTorch raises there): 0, not a read outside the tensor.
             return lines + self.guarded([f"{j[d]} >= 0 && {j[d]} < {size}"], t["child"], j, pad,
                                         _fill(0, self.dtype))
+        if op == "interp":          # the tables hold indices inside the child: no guard
+            lines, value = self.interp(t, 0, idx, list(idx), pad)
+            return lines + [f"{pad}v = {store_expr(self.dtype, value)};"]
         if op == "cat":
             d, parts = t["dim"], t["parts"]
             for p_i, part in enumerate(parts):

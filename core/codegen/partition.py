@@ -95,8 +95,11 @@ FAMILIES: dict[str, Family] = {
     # A convolution (canonicalize makes it a CONV node, its bias an add after it), lowered as an
     # implicit matrix product by the same kernel; elementwise ops on its output join it.
     "conv": Family("conv", "core.codegen.lower_matmul", "is_conv", "lower_conv", False, True),
+    # sort / argsort / topk / kthvalue / median along one dim: a bitonic sort of each row in shared
+    # memory; reads a materialised value and writes the values and / or indices.
+    "select": Family("select", "core.codegen.lower_select", "is_select", "lower_select", False, False),
 }
-ANCHOR_ORDER = ("reduce", "scan", "pool", "move", "matmul", "conv")
+ANCHOR_ORDER = ("reduce", "scan", "pool", "move", "matmul", "conv", "select")
 _MODULES: dict[str, ModuleType | None] = {}
 
 
@@ -389,6 +392,9 @@ def canonicalize(graph: Graph, rows: bool = False) -> Graph:
         if n.op in UPSAMPLES and (up := _upsample_as_move(n, graph)) is not None:
             b.nodes.append(up)
             continue
+        if n.base in INTERPOLATIONS and (up := _interp_as_move(n, graph)) is not None:
+            b.nodes.append(up)
+            continue
         if n.op in ARANGES and (iota := arange_to_move(n)) is not None:
             b.nodes.append(iota)
         elif rows and _gather_as_pick(b, n):
@@ -657,7 +663,12 @@ def _constant_tensor(name: str, values: dict[str, Any], graph: Graph, limit: int
 
 
 UPSAMPLES = {"upsample_nearest1d.vec", "upsample_nearest2d.vec", "upsample_nearest3d.vec",
-             "upsample_nearest1d.default", "upsample_nearest2d.default", "upsample_nearest3d.default"}
+             "upsample_nearest1d.default", "upsample_nearest2d.default", "upsample_nearest3d.default",
+             "_upsample_nearest_exact1d.vec", "_upsample_nearest_exact2d.vec", "_upsample_nearest_exact3d.vec",
+             "_upsample_nearest_exact1d.default", "_upsample_nearest_exact2d.default",
+             "_upsample_nearest_exact3d.default"}
+# F.interpolate's modes that weigh several inputs (antialiased ones are not among them: refused).
+INTERPOLATIONS = {"upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d", "upsample_bicubic2d"}
 
 
 def _index_as_select(n: Node, graph: Graph) -> Node | None:
@@ -673,9 +684,19 @@ def _index_as_select(n: Node, graph: Graph) -> Node | None:
     return Node(n.name, "index_select.default", [n.operands[0], idx], {"dim": d}, n.shape, n.dtype)
 
 
+def _upsample_scales(n: Node) -> list[float | None]:
+    """The scale factors an upsampling op was given, one per spatial dim (None: from the sizes)."""
+    spatial = len(n.shape) - 2
+    if n.op.endswith(".vec"):
+        return list(n.attrs.get("scale_factors") or [None] * spatial)
+    return [n.attrs.get(k) for k in (("scales",) if spatial == 1 else ("scales_h", "scales_w") if spatial == 2
+                                     else ("scales_d", "scales_h", "scales_w"))]
+
+
 def _upsample_as_move(n: Node, graph: Graph) -> Node | None:
     """Nearest upsampling as a ca_move of one index table per spatial dim, computed as ATen's
-    nearest_idx does (float32 scale, floor, clipped; exact halving when the size doubles)."""
+    nearest_idx does (float32 scale, floor, clipped; exact halving when the size doubles), or its
+    nearest_neighbor_exact_compute_source_index (floor((o + 0.5) * scale), clipped) for nearest-exact."""
     import numpy as np
 
     from core.codegen.lower_move import upsample_tree
@@ -685,24 +706,72 @@ def _upsample_as_move(n: Node, graph: Graph) -> Node | None:
     src = graph.value(n.operands[0].name)
     if src.dtype != n.dtype:
         return None
-    spatial = len(n.shape) - 2
-    if n.op.endswith(".vec"):
-        scales = n.attrs.get("scale_factors") or [None] * spatial
-    else:
-        scales = [n.attrs.get(k) for k in (("scales",) if spatial == 1 else ("scales_h", "scales_w") if spatial == 2
-                                           else ("scales_d", "scales_h", "scales_w"))]
+    exact = n.base.startswith("_upsample_nearest_exact")
+    scales = _upsample_scales(n)
     tables = []
-    for k in range(spatial):
+    for k in range(len(n.shape) - 2):
         i_size, o_size = src.shape[2 + k], n.shape[2 + k]
         if o_size == i_size:
             tables.append(list(range(o_size)))
             continue
-        if o_size == 2 * i_size:
+        if o_size == 2 * i_size and not exact:
             tables.append([o >> 1 for o in range(o_size)])
             continue
         scale = np.float32(1.0 / scales[k]) if scales[k] else np.float32(i_size) / np.float32(o_size)
-        tables.append([min(int(np.floor(np.float32(o) * scale)), i_size - 1) for o in range(o_size)])
+        offset = np.float32(0.5 if exact else 0.0)
+        tables.append([min(int(np.floor((np.float32(o) + offset) * scale)), i_size - 1) for o in range(o_size)])
     return upsample_tree(n, src, tables)
+
+
+def _interp_as_move(n: Node, graph: Graph) -> Node | None:
+    """F.interpolate's linear, bilinear, trilinear and bicubic modes as a ca_move whose interp step
+    holds, per spatial dim, the taps ATen's CUDA kernels compute for each output position, in their
+    accumulation type (float32, float64 for float64): area_pixel_compute_scale and
+    area_pixel_compute_source_index, then two taps (index, index + 1 unless last; weights 1 - l, l)
+    or four (bicubic: index - 1 .. index + 2 clamped, Keys' cubic convolution with A = -0.75)."""
+    import numpy as np
+
+    from core.codegen.lower_move import interp_tree
+
+    if not n.operands or not isinstance(n.operands[0], Ref):
+        return None
+    src = graph.value(n.operands[0].name)
+    if src.dtype != n.dtype or n.dtype not in ("float32", "float64", "float16", "bfloat16"):
+        return None
+    acc = np.float64 if n.dtype == "float64" else np.float32
+    cubic = n.base == "upsample_bicubic2d"
+    align = bool(n.attrs.get("align_corners"))
+    taps = []
+    for k, given in enumerate(_upsample_scales(n)):
+        i_size, o_size = src.shape[2 + k], n.shape[2 + k]
+        if align:
+            scale = acc(i_size - 1) / acc(o_size - 1) if o_size > 1 else acc(0)
+        else:
+            scale = acc(1.0 / given) if given and given > 0 else acc(i_size) / acc(o_size)
+        index: list[list[int]] = [[] for _ in range(4 if cubic else 2)]
+        weight: list[list[float]] = [[] for _ in index]
+        for o in range(o_size):
+            at = scale * acc(o) if align else scale * (acc(o) + acc(0.5)) - acc(0.5)
+            if cubic:
+                base = int(np.floor(at))
+                t = acc(at - acc(base))
+                a = acc(-0.75)
+                near = lambda x: ((a + acc(2)) * x - (a + acc(3))) * x * x + acc(1)             # |x| <= 1
+                far = lambda x: ((a * x - acc(5) * a) * x + acc(8) * a) * x - acc(4) * a     # 1 < |x| < 2
+                ws = (far(t + acc(1)), near(t), near(acc(1) - t), far(acc(1) - t + acc(1)))
+                for q in range(4):
+                    index[q].append(min(max(base - 1 + q, 0), i_size - 1))
+                    weight[q].append(float(ws[q]))
+            else:
+                at = max(at, acc(0)) if not align else at
+                i0 = int(at)
+                lam = acc(at - acc(i0))
+                index[0].append(i0)
+                index[1].append(i0 + (1 if i0 < i_size - 1 else 0))
+                weight[0].append(float(acc(1) - lam))
+                weight[1].append(float(lam))
+        taps.append([{"index": i, "weight": w} for i, w in zip(index, weight)])
+    return interp_tree(n, src, taps)
 
 
 def _piece_as_move_op(n: Node, graph: Graph) -> Node | None:

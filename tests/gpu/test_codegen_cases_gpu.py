@@ -8,8 +8,9 @@ row groups of a single row (cross-entropy and log-softmax over a batch of one), 
 family's cases (tests/test_codegen_move.py: cat, slices, chunk, unbind, pads, transposes, flips,
 roll, KernelBench's exclusive cumsum, gather), alone and next to pointwise and scan kernels, and the
 ops code generation took on 2026-12-06 (tests/test_codegen_kernelbench_more.py: one-value tensors made
-in forward, nn.Embedding, torch.gather, adaptive pools that divide, unfold, diagonal), and cummax /
-cummin."""
+in forward, nn.Embedding, torch.gather, adaptive pools that divide, unfold, diagonal), cummax /
+cummin, and upsampling and the selection family (2026-12-07: against ATen's CUDA kernels, which the
+CPU tests cannot see; the selections' indices compared exactly, ties included)."""
 from __future__ import annotations
 
 import random
@@ -21,6 +22,8 @@ from core.tasks import load_task_from_source
 from tests.gpu.codegen_check import failures_at
 from tests.test_codegen_cases import HEADER, SYNTHETIC
 from tests.test_codegen_kernelbench_more import CASES as MORE
+from tests.test_codegen_kernelbench_more import UPSAMPLING
+from tests.test_codegen_select import CASES as SELECTIONS
 from tests.test_codegen_move import CASES as MOVES
 
 pytestmark = pytest.mark.gpu
@@ -82,7 +85,22 @@ RUNNING = {
 NEW_OPS = ["conv3d_gn_min_clamp", "scalar_tensors_on_device", "scalar_tensor_half", "embedding", "gather_dim1",
            "adaptive_avgpool3d", "adaptive_maxpool_indices", "adaptive_avgpool_3x3", "trace"]
 
-SOURCES = {**SYNTHETIC, **ONE_ROW, **RUNNING, **{f"move_{k}": v for k, v in MOVES.items()}, **{f"new_{k}": MORE[k] for k in NEW_OPS}}
+# Larger than the CPU cases: interpolation weights near 0 and 1, rows past a warp, odd sizes.
+UPSAMPLE_GPU = {name: source.replace("torch.randn(2, 3, 8, 10)", "torch.randn(4, 16, 37, 53)")
+                .replace("torch.randn(1, 2, 4, 5, 6)", "torch.randn(2, 4, 9, 17, 23)")
+                .replace("torch.randn(2, 3, 9)", "torch.randn(8, 16, 301)") for name, source in UPSAMPLING.items()}
+
+# The selection cases as the CPU tests write them, and rows that use every knob: many short rows
+# per block, long rows (stable order of fp16 ties over 4096), a strided dim.
+SELECT_GPU = {f"select_{k}": v for k, v in SELECTIONS.items()}
+SELECT_GPU.update({
+    "select_topk_many_rows": _running("return torch.topk(x, 16, dim=-1)", "torch.randn(4096, 512)"),
+    "select_sort_fp16_ties_long": _running("return torch.sort(x.half().round(), dim=-1)", "torch.randn(64, 4096)"),
+    "select_argsort_strided": _running("return torch.argsort(x, dim=1, descending=True)", "torch.randn(8, 1000, 24)"),
+    "select_median_rows": _running("return torch.median(x, dim=-1)", "torch.randn(2048, 129)"),
+})
+
+SOURCES = {**SYNTHETIC, **ONE_ROW, **RUNNING, **UPSAMPLE_GPU, **SELECT_GPU, **{f"move_{k}": v for k, v in MOVES.items()}, **{f"new_{k}": MORE[k] for k in NEW_OPS}}
 
 
 @pytest.mark.parametrize("name", sorted(SOURCES))

@@ -1,5 +1,6 @@
-# family: sort  minimum bytes: 524288  flops: 0
-"""Each row sorted: an op no code generator lowers (tests of what the product says then)."""
+# family: sort  minimum bytes: 1048576  flops: 0
+"""Each row sorted, rows of 8192: longer than the selection family takes (4096), so no code generator
+lowers it (tests of what the product says then)."""
 import torch
 import torch.nn as nn
 
@@ -13,7 +14,7 @@ class Model(nn.Module):
 
 
 def get_inputs():
-    return [torch.randn(256, 256)]
+    return [torch.randn(16, 8192)]
 
 
 def get_init_inputs():

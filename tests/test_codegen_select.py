@@ -1,0 +1,106 @@
+"""The selection family (core/codegen/lower_select.py): sort, argsort, msort, topk, kthvalue, median and
+nanmedian. Each case generates one select group (beside other groups where the Model computes
+around it), and its CUDA matches the Model under the fuzz harness's CPU emulation (AddressSanitizer
+on) at the default and a random legal schedule: rows along the last dim and along middle or first
+dims (strided), many short rows per block and single long rows, descending orders, ties (integers,
+rounded fp16: the stable order, indices compared exactly), NaN (median returns it, nanmedian skips
+it), -0.0 beside 0.0, fp16 / bf16 / fp64 / integer inputs. The sources compile with NVRTC for sm_80
+and sm_90. The GPU runs them against PyTorch's CUDA kernels in tests/gpu/test_codegen_cases_gpu.py."""
+from __future__ import annotations
+
+import random
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from core.codegen import CodegenError, generate
+from core.codegen.lower_select import MAX_ROW
+from core.tasks import load_task_from_source
+from core.toolchain import CompileCache, compile_cuda, nvrtc_info
+from tests.test_codegen_fuzz import GXX
+from tests.test_codegen_kernelbench_style import _task as T
+from tests.test_codegen_kernelbench_style import emulate_cases
+
+CASES = {
+    "sort_rows": T(["return torch.sort(x, dim=1)"], "[torch.randn(6, 37)]"),
+    "sort_descending_dim0": T(["return torch.sort(x, dim=0, descending=True)"], "[torch.randn(37, 6)]"),
+    "argsort_middle_dim": T(["return torch.argsort(x, dim=1)"], "[torch.randn(3, 20, 5)]"),
+    "argsort_descending_many_rows": T(["return torch.argsort(x, dim=-1, descending=True)"], "[torch.randn(300, 7)]"),
+    "sort_one_long_row": T(["return torch.sort(x, dim=-1)"], f"[torch.randn(1, {MAX_ROW})]"),
+    "sort_rows_of_one": T(["return torch.sort(x, dim=1)"], "[torch.randn(5, 1)]"),
+    "sort_int_ties": T(["return torch.sort(x, dim=1, stable=True)"], "[torch.randint(-5, 5, (7, 33))]"),
+    "sort_int64_descending_ties": T(["return torch.sort(x, dim=0, descending=True, stable=True)"],
+                                    "[torch.randint(-3, 3, (40, 3))]"),
+    "sort_uint8": T(["return torch.sort(x, dim=1, stable=True)"], "[torch.randint(0, 255, (4, 50), dtype=torch.uint8)]"),
+    "sort_half_ties": T(["return torch.sort(x.half().round(), dim=1, stable=True)"], "[torch.randn(7, 40)]"),
+    "sort_bf16_descending": T(["return torch.sort(x.bfloat16(), dim=1, descending=True, stable=True)"],
+                              "[torch.randn(5, 64)]"),
+    "sort_double": T(["return torch.sort(x.double(), dim=1, descending=True)[0].float()"], "[torch.randn(7, 40)]"),
+    "sort_signed_zeros": T(["return torch.sort(x * 0.0, dim=1, stable=True)"], "[torch.randn(4, 40)]"),
+    "sort_nan_last_or_first": T(["a = torch.sqrt(x)", "u, i = torch.sort(a, dim=1, stable=True)", "d, j = torch.sort(a, dim=1, descending=True, stable=True)", "return u, i, d, j"],
+                                "[torch.randn(6, 45)]"),
+    "msort": T(["return torch.msort(x)"], "[torch.randn(33, 4)]"),
+    "topk_rows": T(["return torch.topk(x, 5, dim=1)"], "[torch.randn(16, 100)]"),
+    "topk_smallest_dim0": T(["v, i = torch.topk(x, 3, dim=0, largest=False)", "return v * 2, i"], "[torch.randn(50, 9)]"),
+    "topk_long_rows_sum": T(["return torch.topk(torch.relu(x), 8, dim=-1).values.sum(-1)"], "[torch.randn(16, 300)]"),
+    "topk_one": T(["return torch.topk(x, 1, dim=-1)"], "[torch.randn(64, 1000)]"),
+    "kthvalue": T(["return torch.kthvalue(x, 4, dim=1)"], "[torch.randn(6, 9)]"),
+    "kthvalue_keepdim_strided": T(["return torch.kthvalue(x, 30, dim=0, keepdim=True)"], "[torch.randn(33, 7, 3)]"),
+    "median_dim_keepdim": T(["return torch.median(x, dim=-1, keepdim=True)"], "[torch.randn(6, 9)]"),
+    "median_even_rows": T(["return torch.median(x, dim=1)"], "[torch.randn(40, 10)]"),
+    "median_whole_tensor": T(["return torch.median(x)"], "[torch.randn(6, 9)]"),
+    "median_nan": T(["return torch.median(torch.sqrt(x), dim=1).values"], "[torch.randn(6, 9)]"),
+    "median_int": T(["return torch.median(x, dim=0).values"], "[torch.randint(-100, 100, (11, 5))]"),
+    "nanmedian": T(["return torch.nanmedian(torch.log(x), dim=1).values"], "[torch.randn(6, 9)]"),
+    "nanmedian_whole_tensor": T(["return torch.nanmedian(torch.log(x))"], "[torch.randn(5, 7)]"),
+    "linear_topk_softmax": T(["v, i = torch.topk(self.m(x), 4, dim=-1)", "return torch.softmax(v, -1), i"],
+                             "[torch.randn(32, 64)]", ["self.m = nn.Linear(i, o)"], ", i, o", "[64, 48]"),
+}
+
+
+@pytest.mark.skipif(GXX is None, reason="no host C++ compiler")
+@pytest.mark.timeout(900)
+def test_selections_generate_and_match_the_model(monkeypatch):
+    for name in CASES:
+        gen = generate(load_task_from_source(CASES[name], name))
+        assert "select" in [g.family for g in gen.groups], (name, gen.family)
+    outcomes = emulate_cases(CASES, 17, monkeypatch)
+    assert sum(o.runs == 2 for o in outcomes) >= len(outcomes) - 3, [(o.case.name, o.runs) for o in outcomes]
+
+
+@pytest.mark.skipif(not nvrtc_info()[0], reason="NVRTC is not available")
+def test_selections_compile_for_sm80_and_sm90(tmp_path_factory):
+    cache = CompileCache(tmp_path_factory.getbasetemp() / "select-cache")
+    jobs = []
+    for name in sorted(CASES):
+        gen = generate(load_task_from_source(CASES[name], name))
+        for schedule in [gen.spec.default()] + gen.spec.sample(random.Random(name), 1):
+            jobs += [(name, gen.program.with_schedule(schedule), arch) for arch in ("sm_80", "sm_90")]
+
+    def build(job):
+        name, program, arch = job
+        return name, arch, compile_cuda(program.source, arch=arch, options=program.compile_options(), cache=cache)
+
+    with ThreadPoolExecutor(2) as pool:
+        for name, arch, result in pool.map(build, jobs):
+            assert result.ok, f"{name} {arch}:\n{result.error_summary()}"
+
+
+def test_the_schedule_space_keeps_shared_memory_and_threads_in_use():
+    gen = generate(load_task_from_source(T(["return torch.sort(x, dim=1)"], "[torch.randn(100, 3000)]"), "s"))
+    assert gen.spec.default() == {"BLOCK": 256, "ROWS": 1}
+    assert not gen.spec.legal({"BLOCK": 256, "ROWS": 2})          # 2 x 4096 pairs of 8 bytes: 64 KB
+    short = generate(load_task_from_source(T(["return torch.sort(x, dim=1)"], "[torch.randn(1000, 7)]"), "s"))
+    assert short.spec.default() == {"BLOCK": 256, "ROWS": 64}     # 64 rows of 8 pairs per block
+    assert not short.spec.legal({"BLOCK": 1024, "ROWS": 1})       # 1024 threads for 4 compare-exchanges
+
+
+@pytest.mark.parametrize("body, op", [
+    ("return torch.topk(x, 3, dim=1, sorted=False)", "topk.default"),      # PyTorch's order is unspecified
+    ("return torch.sort(x, dim=1)", "sort.default"),                      # rows longer than MAX_ROW
+    ("return torch.mode(x, dim=1)", "mode.default"),
+])
+def test_what_the_family_does_not_take_is_refused_with_the_op_named(body, op):
+    shape = f"(4, {MAX_ROW + 1})" if "sort(" in body else "(4, 20)"
+    with pytest.raises(CodegenError, match=op.replace(".", r"\.")):
+        generate(load_task_from_source(T([body], f"[torch.randn{shape}]"), "refused"))
