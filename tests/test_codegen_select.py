@@ -87,9 +87,9 @@ def test_selections_compile_for_sm80_and_sm90(tmp_path_factory):
 
 
 def test_the_schedule_space_keeps_shared_memory_and_threads_in_use():
-    gen = generate(load_task_from_source(T(["return torch.sort(x, dim=1)"], "[torch.randn(100, 3000)]"), "s"))
+    gen = generate(load_task_from_source(T(["return torch.sort(x, dim=1)"], "[torch.randn(100, 12000)]"), "s"))
     assert gen.spec.default() == {"BLOCK": 256, "ROWS": 1}
-    assert not gen.spec.legal({"BLOCK": 256, "ROWS": 2})          # 2 x 4096 pairs of 8 bytes: 64 KB
+    assert not gen.spec.legal({"BLOCK": 256, "ROWS": 2})          # 2 x 16384 pairs of 8 bytes: 256 KB
     short = generate(load_task_from_source(T(["return torch.sort(x, dim=1)"], "[torch.randn(1000, 7)]"), "s"))
     assert short.spec.default() == {"BLOCK": 256, "ROWS": 64}     # 64 rows of 8 pairs per block
     assert not short.spec.legal({"BLOCK": 1024, "ROWS": 1})       # 1024 threads for 4 compare-exchanges

@@ -96,7 +96,7 @@ def _available() -> str:
             "pool": "max / avg pooling",
             "matmul": "matrix products (mm, bmm, matmul, nn.Linear, addmm) and convolutions (transposed ones too) "
                       "with elementwise ops on the result",
-            "select": "sort / argsort / topk (sorted) / kthvalue / median / nanmedian along rows of up to 4096"}
+            "select": "sort / argsort / topk (sorted) / kthvalue / median / nanmedian along rows of up to 16384"}
     return "; ".join(parts + [text[h] for h in have])
 
 

@@ -24,7 +24,7 @@ nondeterministic); here, the one the stable order puts there.
 Loads and stores are coalesced: along the row when the dim is the last (B == 1), across the
 block's rows otherwise (consecutive rows are consecutive in memory then).
 
-Knobs: BLOCK threads; ROWS rows per block (shared memory: ROWS * P pairs, at most 48 KB).
+Knobs: BLOCK threads; ROWS rows per block (dynamic shared memory: ROWS * P pairs, at most 200 KB).
 """
 from __future__ import annotations
 
@@ -40,8 +40,10 @@ from core.codegen.schedule import Knob, ScheduleSpec
 
 SELECT_OPS = {"sort.default", "sort.stable", "topk.default", "kthvalue.default", "median.dim", "median.default",
               "nanmedian.dim", "nanmedian.default"}
-MAX_ROW = 4096                       # elements of one row (its pairs fit shared memory with ROWS = 1)
-SHARED_LIMIT = 48 * 1024             # static shared memory of one block
+MAX_ROW = 16384                      # elements of one row (its pairs fit shared memory with ROWS = 1)
+# Dynamic shared memory of one block: above 48 KB the runner opts in (227 KB on sm_90, 163 KB on
+# sm_80); a GPU with less rejects such a schedule when its plan resolves.
+SHARED_LIMIT = 200 * 1024
 FLOATS = ("float32", "float64", "float16", "bfloat16")
 INTS = ("int64", "int32", "int16", "int8", "uint8")
 KNOBS = [
@@ -60,8 +62,11 @@ class _Geometry:
     padded: int          # P: L rounded up to a power of two
     key_bytes: int       # 4, or 8 for 64-bit inputs
 
+    def shared_bytes(self, rows_per_block: int) -> int:
+        return rows_per_block * self.padded * (self.key_bytes + 4)
+
     def fits(self, rows_per_block: int) -> bool:
-        return rows_per_block * self.padded * (self.key_bytes + 4) <= SHARED_LIMIT
+        return self.shared_bytes(rows_per_block) <= SHARED_LIMIT
 
 
 def _geometry(node: Node, src: Any) -> _Geometry | None:
@@ -130,7 +135,7 @@ def lower_select(graph: Graph, kernel: str) -> Lowering:
     def shared_fits(s: Any) -> str | None:
         if not geo.fits(s["ROWS"]):
             return (f"ROWS={s['ROWS']} rows of {geo.padded} pairs need "
-                    f"{s['ROWS'] * geo.padded * (geo.key_bytes + 4)} bytes of shared memory (at most {SHARED_LIMIT})")
+                    f"{geo.shared_bytes(s['ROWS'])} bytes of shared memory (at most {SHARED_LIMIT})")
         return None
 
     def rows_used(s: Any) -> str | None:
@@ -160,7 +165,7 @@ def lower_select(graph: Graph, kernel: str) -> Lowering:
         "buffers": [{"name": o, "shape": [int(d) for d in values[o].shape], "dtype": values[o].dtype}
                     for o in outputs],
         "launches": [{"kernel": kernel, "grid": [f"cdiv({geo.rows}, ROWS)"], "block": ["BLOCK"],
-                      "shared_bytes": 0, "args": [src.name] + outputs}],
+                      "shared_bytes": f"ROWS * {geo.shared_bytes(1)}", "args": [src.name] + outputs}],
         "outputs": outputs,
     }
     notes = [f"selection: {node.op} of '{src.name}' {src.dtype}{list(src.shape)}: {describe_rows(geo)}, "
@@ -233,6 +238,9 @@ def _emit(kernel: str, node: Node, dtype: str, geo: _Geometry, count: int, roles
     store_lines = "\n        ".join(stores)
     return f"""
 // ==== selection: {node.op}, {describe_rows(geo)} ====
+#ifndef CA_DYNAMIC_SMEM
+#define CA_DYNAMIC_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
+#endif
 namespace {ns} {{
 typedef {key_t} key_t;
 // A key that orders as PyTorch compares the values.
@@ -252,8 +260,9 @@ CA_HD int nans(const key_t* row) {{
 extern "C" __global__ void __launch_bounds__(BLOCK)
 {kernel}({", ".join(params)})
 {{
-    __shared__ {ns}::key_t keys[ROWS * {P}];
-    __shared__ int pos[ROWS * {P}];
+    CA_DYNAMIC_SMEM(ca_smem);                          // ROWS * P keys, then ROWS * P positions
+    {ns}::key_t* const keys = reinterpret_cast<{ns}::key_t*>(ca_smem);
+    int* const pos = reinterpret_cast<int*>(ca_smem + ROWS * {P} * sizeof({ns}::key_t));
     const long long row0 = (long long)blockIdx.x * ROWS;
     for (int e = threadIdx.x; e < ROWS * {P}; e += BLOCK) {{
         const int g = {g_in}, j = {j_in};

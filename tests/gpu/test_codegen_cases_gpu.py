@@ -91,13 +91,16 @@ UPSAMPLE_GPU = {name: source.replace("torch.randn(2, 3, 8, 10)", "torch.randn(4,
                 .replace("torch.randn(2, 3, 9)", "torch.randn(8, 16, 301)") for name, source in UPSAMPLING.items()}
 
 # The selection cases as the CPU tests write them, and rows that use every knob: many short rows
-# per block, long rows (stable order of fp16 ties over 4096), a strided dim.
+# per block, long rows (stable order of fp16 ties over 4096; 16384 in dynamic shared memory past 48 KB),
+# a strided dim.
 SELECT_GPU = {f"select_{k}": v for k, v in SELECTIONS.items()}
 SELECT_GPU.update({
     "select_topk_many_rows": _running("return torch.topk(x, 16, dim=-1)", "torch.randn(4096, 512)"),
     "select_sort_fp16_ties_long": _running("return torch.sort(x.half().round(), dim=-1)", "torch.randn(64, 4096)"),
     "select_argsort_strided": _running("return torch.argsort(x, dim=1, descending=True)", "torch.randn(8, 1000, 24)"),
     "select_median_rows": _running("return torch.median(x, dim=-1)", "torch.randn(2048, 129)"),
+    "select_topk_rows_16384": _running("return torch.topk(x, 5, dim=-1)", "torch.randn(64, 16384)"),
+    "select_sort_fp64_rows_12000": _running("return torch.sort(x.double(), dim=-1)", "torch.randn(8, 12000)"),
 })
 
 SOURCES = {**SYNTHETIC, **ONE_ROW, **RUNNING, **UPSAMPLE_GPU, **SELECT_GPU, **{f"move_{k}": v for k, v in MOVES.items()}, **{f"new_{k}": MORE[k] for k in NEW_OPS}}
