@@ -4,7 +4,8 @@ around it), and its CUDA matches the Model under the fuzz harness's CPU emulatio
 on) at the default and a random legal schedule: rows along the last dim and along middle or first
 dims (strided), many short rows per block and single long rows, descending orders, ties (integers,
 rounded fp16: the stable order, indices compared exactly), NaN (median returns it, nanmedian skips
-it), -0.0 beside 0.0, fp16 / bf16 / fp64 / integer inputs. The sources compile with NVRTC for sm_80
+it), -0.0 beside 0.0, fp16 / bf16 / fp64 / integer inputs, and torch.quantile / nanquantile (a sort,
+then picks and interpolation by the other families). The sources compile with NVRTC for sm_80
 and sm_90. The GPU runs them against PyTorch's CUDA kernels in tests/gpu/test_codegen_cases_gpu.py."""
 from __future__ import annotations
 
@@ -53,6 +54,11 @@ CASES = {
     "median_int": T(["return torch.median(x, dim=0).values"], "[torch.randint(-100, 100, (11, 5))]"),
     "nanmedian": T(["return torch.nanmedian(torch.log(x), dim=1).values"], "[torch.randn(6, 9)]"),
     "nanmedian_whole_tensor": T(["return torch.nanmedian(torch.log(x))"], "[torch.randn(5, 7)]"),
+    # torch.quantile sorts, then picks and interpolates with elementwise ops and gathers (its index
+    # cast, _to_copy with layout=torch.strided spelt out, was refused until 2026-12-07).
+    "quantile_rows": T(["return torch.quantile(x, 0.3, dim=1)"], "[torch.randn(6, 9)]"),
+    "quantile_whole_tensor": T(["return torch.quantile(x, 0.75)"], "[torch.randn(6, 9)]"),
+    "nanquantile_columns": T(["return torch.nanquantile(torch.log(x + 1), 0.5, dim=0)"], "[torch.randn(6, 9)]"),
     "linear_topk_softmax": T(["v, i = torch.topk(self.m(x), 4, dim=-1)", "return torch.softmax(v, -1), i"],
                              "[torch.randn(32, 64)]", ["self.m = nn.Linear(i, o)"], ", i, o", "[64, 48]"),
 }

@@ -340,7 +340,8 @@ def is_pointwise(node: Node) -> bool:
         return True
     if base in IDENTITY_OPS:
         return base != "_to_copy" or all(node.attrs.get(k) in (None, False) or k == "dtype" or
-                                         (k == "memory_format" and node.attrs[k] == "torch.preserve_format")
+                                         (k == "memory_format" and node.attrs[k] == "torch.preserve_format") or
+                                         (k == "layout" and node.attrs[k] == "torch.strided")   # the default, spelt out
                                          for k in ("layout", "device", "pin_memory", "memory_format"))
     if base in CONSTANT_OPS:
         return True
