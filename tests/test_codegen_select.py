@@ -45,6 +45,10 @@ CASES = {
     "topk_smallest_dim0": T(["v, i = torch.topk(x, 3, dim=0, largest=False)", "return v * 2, i"], "[torch.randn(50, 9)]"),
     "topk_long_rows_sum": T(["return torch.topk(torch.relu(x), 8, dim=-1).values.sum(-1)"], "[torch.randn(16, 300)]"),
     "topk_one": T(["return torch.topk(x, 1, dim=-1)"], "[torch.randn(64, 1000)]"),
+    # Long rows, small k: each thread's best candidates in registers first (LOCAL=1, the default here).
+    "topk_local_candidates": T(["return torch.topk(x, 5, dim=-1)"], "[torch.randn(3, 9000)]"),
+    "topk_local_smallest_past_nan": T(["return torch.topk(torch.sqrt(x), 3, dim=-1, largest=False)"],
+                                      "[torch.randn(2, 8500)]"),
     "kthvalue": T(["return torch.kthvalue(x, 4, dim=1)"], "[torch.randn(6, 9)]"),
     "kthvalue_keepdim_strided": T(["return torch.kthvalue(x, 30, dim=0, keepdim=True)"], "[torch.randn(33, 7, 3)]"),
     "median_dim_keepdim": T(["return torch.median(x, dim=-1, keepdim=True)"], "[torch.randn(6, 9)]"),
@@ -99,6 +103,13 @@ def test_the_schedule_space_keeps_shared_memory_and_threads_in_use():
     short = generate(load_task_from_source(T(["return torch.sort(x, dim=1)"], "[torch.randn(1000, 7)]"), "s"))
     assert short.spec.default() == {"BLOCK": 256, "ROWS": 64}     # 64 rows of 8 pairs per block
     assert not short.spec.legal({"BLOCK": 1024, "ROWS": 1})       # 1024 threads for 4 compare-exchanges
+    # topk of a few of long rows: per-thread candidates (16 KB of pairs) instead of a 16384-pair sort.
+    topk = generate(load_task_from_source(T(["return torch.topk(x, 5, dim=-1)"], "[torch.randn(8, 16384)]"), "t"))
+    assert topk.spec.default() == {"BLOCK": 256, "ROWS": 1, "LOCAL": 1}
+    assert topk.spec.legal({"BLOCK": 256, "ROWS": 1, "LOCAL": 0})
+    assert not topk.spec.legal({"BLOCK": 256, "ROWS": 2, "LOCAL": 1})
+    few = generate(load_task_from_source(T(["return torch.topk(x, 5, dim=-1)"], "[torch.randn(8, 1000)]"), "t"))
+    assert few.spec.default()["LOCAL"] == 0 and not few.spec.legal({"BLOCK": 256, "ROWS": 1, "LOCAL": 1})
 
 
 @pytest.mark.parametrize("body, op", [

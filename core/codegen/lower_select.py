@@ -50,6 +50,10 @@ KNOBS = [
     Knob("BLOCK", (256, 128, 512, 1024, 64, 32), "threads per block"),
     Knob("ROWS", (1, 2, 4, 8, 16, 32, 64), "rows sorted by one block"),
 ]
+# topk with a small k: each thread first keeps the best KP (k rounded up to a power of two) of the
+# elements it walks, in registers; the block then sorts only BLOCK * KP candidates.
+LOCAL_KNOB = Knob("LOCAL", (0, 1), "topk: 1 = per-thread candidates, then a sort of BLOCK * KP; 0 = sort the row")
+LOCAL_MAX_K = 16
 
 
 @dataclass(frozen=True)
@@ -130,12 +134,24 @@ def lower_select(graph: Graph, kernel: str) -> Lowering:
                            f"and outputs {graph.outputs}.", task=graph.task, ops=graph.ops())
     outputs = list(graph.outputs)
     count = {"sort": geo.length, "topk": node.attrs.get("k", 1)}.get(node.base, 1)
-    source = PRELUDE + _emit(kernel, node, src.dtype, geo, count, [roles[o] for o in outputs])
+    local_kp = 1 << (count - 1).bit_length() if node.base == "topk" and count <= LOCAL_MAX_K else 0
+    source = PRELUDE + _emit(kernel, node, src.dtype, geo, count, [roles[o] for o in outputs], local_kp)
+    pair_bytes = geo.key_bytes + 4
 
     def shared_fits(s: Any) -> str | None:
+        if s.get("LOCAL"):
+            return None if s["BLOCK"] * local_kp * pair_bytes <= SHARED_LIMIT else \
+                f"BLOCK={s['BLOCK']} threads' {local_kp} candidates need more than {SHARED_LIMIT} bytes"
         if not geo.fits(s["ROWS"]):
             return (f"ROWS={s['ROWS']} rows of {geo.padded} pairs need "
                     f"{geo.shared_bytes(s['ROWS'])} bytes of shared memory (at most {SHARED_LIMIT})")
+        return None
+
+    def local_alone(s: Any) -> str | None:
+        if s.get("LOCAL") and s["ROWS"] != 1:
+            return "LOCAL=1 takes one row per block (ROWS=1)"
+        if s.get("LOCAL") and s["BLOCK"] * local_kp >= geo.padded:
+            return f"LOCAL=1 with BLOCK={s['BLOCK']} keeps as many candidates as the row has ({geo.length})"
         return None
 
     def rows_used(s: Any) -> str | None:
@@ -144,7 +160,7 @@ def lower_select(graph: Graph, kernel: str) -> Lowering:
         return None
 
     def threads_used(s: Any) -> str | None:
-        if s["BLOCK"] > 32 and s["BLOCK"] // 2 >= max(s["ROWS"] * geo.padded // 2, 1):
+        if not s.get("LOCAL") and s["BLOCK"] > 32 and s["BLOCK"] // 2 >= max(s["ROWS"] * geo.padded // 2, 1):
             return f"BLOCK={s['BLOCK']} threads for {s['ROWS'] * geo.padded // 2} compare-exchanges per step"
         return None
 
@@ -158,14 +174,24 @@ def lower_select(graph: Graph, kernel: str) -> Lowering:
     block = 32
     while block < 256 and block < rows * geo.padded // 2:
         block *= 2
-    spec = ScheduleSpec(list(KNOBS), [shared_fits, rows_used, threads_used], {"BLOCK": block, "ROWS": rows})
+    knobs, defaults = list(KNOBS), {"BLOCK": block, "ROWS": rows}
+    if local_kp:
+        knobs.append(LOCAL_KNOB)
+        # Per-thread candidates by default where each of 256 threads walks at least 4 of them.
+        defaults.update(LOCAL=int(geo.length >= 4 * 256 * local_kp))
+        if defaults["LOCAL"]:
+            defaults.update(BLOCK=256, ROWS=1)
+    spec = ScheduleSpec(knobs, [shared_fits, local_alone, rows_used, threads_used], defaults)
+    shared = f"ROWS * {geo.shared_bytes(1)}"
+    if local_kp:
+        shared = f"BLOCK * {local_kp * pair_bytes} if LOCAL == 1 else {shared}"
     program = {
         "format": "cuda-agent/program@1", "name": kernel, "source": source,
         "tunables": spec.tunables(), "schedule": spec.default(),
         "buffers": [{"name": o, "shape": [int(d) for d in values[o].shape], "dtype": values[o].dtype}
                     for o in outputs],
         "launches": [{"kernel": kernel, "grid": [f"cdiv({geo.rows}, ROWS)"], "block": ["BLOCK"],
-                      "shared_bytes": f"ROWS * {geo.shared_bytes(1)}", "args": [src.name] + outputs}],
+                      "shared_bytes": shared, "args": [src.name] + outputs}],
         "outputs": outputs,
     }
     notes = [f"selection: {node.op} of '{src.name}' {src.dtype}{list(src.shape)}: {describe_rows(geo)}, "
@@ -199,7 +225,7 @@ def _key_code(dtype: str) -> tuple[str, str]:
     return "unsigned", "\n    return (unsigned)(int)v ^ 0x80000000u;"
 
 
-def _emit(kernel: str, node: Node, dtype: str, geo: _Geometry, count: int, roles: list[str]) -> str:
+def _emit(kernel: str, node: Node, dtype: str, geo: _Geometry, count: int, roles: list[str], local_kp: int) -> str:
     st, ct = STORAGE_CTYPE[dtype], COMPUTE_CTYPE[dtype]
     key_t, key_body = _key_code(dtype)
     ns = f"{kernel}_sel"
@@ -215,6 +241,53 @@ def _emit(kernel: str, node: Node, dtype: str, geo: _Geometry, count: int, roles
     split = (lambda e, n: (f"{e} / {n}", f"{e} % {n}")) if B == 1 else (lambda e, n: (f"{e} % ROWS", f"{e} / ROWS"))
     g_in, j_in = split("e", P)
     g_out, p_out = split("e", count)
+    invert = "\n            key = ~key;                              // descending" if descending else ""
+    element = "x[" + addr("r", "j") + "]"
+    key_load = f"{ns}::key_of({load_expr(dtype, element)})"
+    whole = f"""    for (int e = threadIdx.x; e < ROWS * {P}; e += BLOCK) {{
+        const int g = {g_in}, j = {j_in};
+        const long long r = row0 + g;
+        {ns}::key_t key = ({ns}::key_t){nan_key};      // a pad: after every element
+        int at = {P};
+        if (j < {L} && r < {R}) {{
+            key = {key_load};{invert}
+            at = j;
+        }}
+        keys[g * {P} + j] = key;
+        pos[g * {P} + j] = at;
+    }}"""
+    if local_kp:
+        # Each thread's best KP of the elements it walks, kept sorted in registers (the unrolled
+        # insertion indexes the arrays with constants only), then written as its KP pairs.
+        seg = f"#if LOCAL\n#define SEG (BLOCK * {local_kp})\n#else\n#define SEG {P}\n#endif"
+        load = f"""#if LOCAL
+    {{
+        const long long r = row0;
+        {ns}::key_t bk[{local_kp}];
+        int bp[{local_kp}];
+        #pragma unroll
+        for (int q = 0; q < {local_kp}; ++q) {{ bk[q] = ({ns}::key_t){nan_key}; bp[q] = {P}; }}
+        for (int j = threadIdx.x; j < {L}; j += BLOCK) {{
+            {ns}::key_t key = {key_load};{invert}
+            #pragma unroll
+            for (int q = {local_kp - 1}; q >= 0; --q) {{
+                const int prev = q > 0 ? q - 1 : 0;
+                const bool here = key < bk[q] || (key == bk[q] && j < bp[q]);
+                const bool before = q > 0 && (key < bk[prev] || (key == bk[prev] && j < bp[prev]));
+                if (here) {{ bk[q] = before ? bk[prev] : key; bp[q] = before ? bp[prev] : j; }}
+            }}
+        }}
+        #pragma unroll
+        for (int q = 0; q < {local_kp}; ++q) {{
+            keys[threadIdx.x * {local_kp} + q] = bk[q];
+            pos[threadIdx.x * {local_kp} + q] = bp[q];
+        }}
+    }}
+#else
+{whole}
+#endif"""
+    else:
+        seg, load = f"#define SEG {P}", whole
     if node.base in ("sort", "topk"):
         position = "p"
     elif node.base == "kthvalue":
@@ -234,7 +307,6 @@ def _emit(kernel: str, node: Node, dtype: str, geo: _Geometry, count: int, roles
         else:
             params.append(f"long long* __restrict__ y{k}")
             stores.append(f"y{k}[{out_addr('r', 'p')}] = (long long)at;")
-    invert = "\n            key = ~key;                              // descending" if descending else ""
     store_lines = "\n        ".join(stores)
     return f"""
 // ==== selection: {node.op}, {describe_rows(geo)} ====
@@ -257,32 +329,22 @@ CA_HD int nans(const key_t* row) {{
 }}
 }}  // namespace {ns}
 
+{seg}                    // pairs of one row in shared memory
 extern "C" __global__ void __launch_bounds__(BLOCK)
 {kernel}({", ".join(params)})
 {{
-    CA_DYNAMIC_SMEM(ca_smem);                          // ROWS * P keys, then ROWS * P positions
+    CA_DYNAMIC_SMEM(ca_smem);                          // ROWS * SEG keys, then ROWS * SEG positions
     {ns}::key_t* const keys = reinterpret_cast<{ns}::key_t*>(ca_smem);
-    int* const pos = reinterpret_cast<int*>(ca_smem + ROWS * {P} * sizeof({ns}::key_t));
+    int* const pos = reinterpret_cast<int*>(ca_smem + ROWS * SEG * sizeof({ns}::key_t));
     const long long row0 = (long long)blockIdx.x * ROWS;
-    for (int e = threadIdx.x; e < ROWS * {P}; e += BLOCK) {{
-        const int g = {g_in}, j = {j_in};
-        const long long r = row0 + g;
-        {ns}::key_t key = ({ns}::key_t){nan_key};      // a pad: after every element
-        int at = {P};
-        if (j < {L} && r < {R}) {{
-            key = {ns}::key_of({load_expr(dtype, f"x[{addr('r', 'j')}]")});{invert}
-            at = j;
-        }}
-        keys[g * {P} + j] = key;
-        pos[g * {P} + j] = at;
-    }}
+{load}
     __syncthreads();
-    // Bitonic sort of each row's P pairs by (key, position): runs of k, merged by steps of j.
-    for (int k = 2; k <= {P}; k <<= 1) {{
+    // Bitonic sort of each row's SEG pairs by (key, position): runs of k, merged by steps of j.
+    for (int k = 2; k <= SEG; k <<= 1) {{
         for (int j = k >> 1; j > 0; j >>= 1) {{
-            for (int t = threadIdx.x; t < ROWS * {P} / 2; t += BLOCK) {{
+            for (int t = threadIdx.x; t < ROWS * SEG / 2; t += BLOCK) {{
                 const int i = 2 * j * (t / j) + t % j, l = i + j;
-                const bool up = k == {P} || (i & k) == 0;      // the last merge: every row ascending
+                const bool up = k == SEG || (i & k) == 0;      // the last merge: every row ascending
                 const {ns}::key_t a = keys[i], b = keys[l];
                 const int pa = pos[i], pb = pos[l];
                 if ((a > b || (a == b && pa > pb)) == up) {{
@@ -297,8 +359,9 @@ extern "C" __global__ void __launch_bounds__(BLOCK)
         const int g = {g_out}, p = {p_out};
         const long long r = row0 + g;
         if (r >= {R}) continue;
-        const int at = pos[g * {P} + ({position})];
+        const int at = pos[g * SEG + ({position})];
         {store_lines}
     }}
 }}
+#undef SEG
 """
