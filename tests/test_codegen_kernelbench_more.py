@@ -229,6 +229,22 @@ UPSAMPLING = {
 }
 
 
+# Adaptive average pools whose output does not divide the input (2026-12-07: the move family's interp
+# step, a window's average as taps; refused before), and F.rrelu in eval mode (leaky_relu).
+UPSAMPLING.update({
+    "adaptive_avgpool_uneven": T(["return F.adaptive_avg_pool2d(x, (3, 5))"], "[torch.randn(2, 3, 10, 11)]"),
+    "adaptive_avgpool_uneven_inf": T(["return F.adaptive_avg_pool2d(x.masked_fill(x > 2.0, float('inf')), (4, 3))"],
+                                     "[torch.randn(2, 3, 9, 7)]"),
+    "adaptive_avgpool1d_uneven_fp16": T(["return F.adaptive_avg_pool1d(x.half(), 7)"], "[torch.randn(2, 3, 20)]"),
+    "adaptive_avgpool3d_uneven_batchless": T(["return F.adaptive_avg_pool3d(x, (2, 3, 5))"], "[torch.randn(3, 4, 7, 11)]"),
+    "adaptive_avgpool_up": T(["return F.adaptive_avg_pool2d(x, (7, 9))"], "[torch.randn(2, 3, 5, 6)]"),
+    "conv_adaptive_avgpool_flatten_linear": T(["x = F.adaptive_avg_pool2d(torch.relu(self.c(x)), (3, 3))",
+                                               "return self.fc(torch.flatten(x, 1))"], "[torch.randn(2, 3, 13, 13)]",
+                                              ["self.c = nn.Conv2d(3, 8, 3)", "self.fc = nn.Linear(72, 10)"]),
+    "rrelu_eval": T(["return F.rrelu(x, 0.1, 0.3, training=False) * 2.0"], "[torch.randn(8, 16)]"),
+})
+
+
 @pytest.mark.skipif(GXX is None, reason="no host C++ compiler")
 @pytest.mark.timeout(900)
 def test_upsampling_generates_and_matches_the_model(monkeypatch):

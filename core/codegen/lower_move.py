@@ -32,7 +32,8 @@ transpose of a slice. Tree steps, each with the `shape` of its result:
     {"op": "const", "value": V, ...}                         a constant operand (zeros_like, full)
     {"op": "iota", "start": S, "step": T, ...}               arange: S + i * T along its one dim
     {"op": "interp", "dims": [D...], "taps": [[{"index": [...], "weight": [...]}, ...] per dim], ...}
-                                                             F.interpolate's linear modes and bicubic:
+                                                             F.interpolate's linear modes and bicubic, and
+                                                             adaptive average pools (windows as taps):
                                                              sum over taps of weight[i] * child[.., index[i], ..],
                                                              dims nested in order (the last innermost), in the
                                                              compute type and rounded once, as ATen's kernels do
@@ -212,10 +213,13 @@ def upsample_tree(node: Node, src: Any, tables: list[list[int]]) -> Node:
     return Node(node.name, MOVE, [node.operands[0]], {"tree": tree}, node.shape, node.dtype)
 
 
-def interp_tree(node: Node, src: Any, taps: list[list[dict[str, list]]]) -> Node:
-    """A ca_move node interpolating `src` over its spatial dims (2, 3, ...): `taps[k]` are dim
-    2 + k's taps, each an index table and a weight table over the output positions."""
-    dims = list(range(2, 2 + len(taps)))
+def interp_tree(node: Node, src: Any, taps: list[list[dict[str, Any]]]) -> Node:
+    """A ca_move node weighing taps of `src` over its last len(taps) dims: `taps[k]` are the taps
+    of the k-th of them, each an index table and a weight table over the output positions (and
+    "sparse": True where a weight of 0 marks a tap that is not there: its element is not used,
+    so an inf there does not make 0 * inf = NaN)."""
+    rank = len(node.shape)
+    dims = list(range(rank - len(taps), rank))
     return Node(node.name, MOVE, [node.operands[0]], {"tree": {
         "op": "interp", "dims": dims, "taps": taps, "shape": list(node.shape),
         "child": {"op": "in", "k": 0, "shape": list(src.shape)}}}, node.shape, node.dtype)
@@ -610,7 +614,8 @@ class _Emitter:
             lines.append(f"{pad}const {ct} {weight} = {self.table(tap['weight'], ct)}[{out[d]}];")
             inner, value = self.interp(t, level + 1, out, k, pad)
             lines += inner
-            terms.append(f"{weight} * {value}")
+            terms.append(f"({weight} != 0 ? {weight} * {value} : ({ct})0)" if tap.get("sparse") else
+                         f"{weight} * {value}")
         self.count += 1
         lines.append(f"{pad}const {ct} q{self.count} = {' + '.join(terms)};")
         return lines, f"q{self.count}"

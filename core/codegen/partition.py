@@ -395,6 +395,12 @@ def canonicalize(graph: Graph, rows: bool = False) -> Graph:
         if n.base in INTERPOLATIONS and (up := _interp_as_move(n, graph)) is not None:
             b.nodes.append(up)
             continue
+        if n.base in ADAPTIVE_AVG_POOLS and (up := _adaptive_avg_as_move(n, graph)) is not None:
+            b.nodes.append(up)
+            continue
+        if n.op == "getitem" and (leaky := _rrelu_eval_as_leaky(n, graph)) is not None:
+            b.nodes.append(leaky)
+            continue
         if n.op in ARANGES and (iota := arange_to_move(n)) is not None:
             b.nodes.append(iota)
         elif rows and _gather_as_pick(b, n):
@@ -669,6 +675,8 @@ UPSAMPLES = {"upsample_nearest1d.vec", "upsample_nearest2d.vec", "upsample_neare
              "_upsample_nearest_exact3d.default"}
 # F.interpolate's modes that weigh several inputs (antialiased ones are not among them: refused).
 INTERPOLATIONS = {"upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d", "upsample_bicubic2d"}
+# Adaptive average pools whose output does not divide the input (Capture makes the others plain pools).
+ADAPTIVE_AVG_POOLS = {"_adaptive_avg_pool2d", "_adaptive_avg_pool3d"}
 
 
 def _index_as_select(n: Node, graph: Graph) -> Node | None:
@@ -772,6 +780,44 @@ def _interp_as_move(n: Node, graph: Graph) -> Node | None:
                 weight[1].append(float(lam))
         taps.append([{"index": i, "weight": w} for i, w in zip(index, weight)])
     return interp_tree(n, src, taps)
+
+
+def _adaptive_avg_as_move(n: Node, graph: Graph) -> Node | None:
+    """An adaptive average pool as a ca_move whose interp step averages each output's window, dim by
+    dim: ATen's window along a dim of `i` inputs and `o` outputs is [floor(k * i / o), ceil((k + 1) *
+    i / o)), and the average over a box is the product of the averages along its dims (the weights
+    1 / size factor; rounding differs from ATen's one sum and one division at the dtype's epsilon).
+    Windows shorter than the longest have taps of weight 0, marked sparse (not read into the sum)."""
+    from core.codegen.lower_move import interp_tree
+
+    if not n.operands or not isinstance(n.operands[0], Ref):
+        return None
+    src = graph.value(n.operands[0].name)
+    if src.dtype != n.dtype or n.dtype not in ("float32", "float64", "float16", "bfloat16"):
+        return None
+    out_size = list(n.attrs.get("output_size") or [])
+    spatial = len(out_size)
+    if not out_size or len(src.shape) < spatial or list(n.shape[-spatial:]) != out_size:
+        return None
+    taps = []
+    for i_size, o_size in zip(src.shape[-spatial:], out_size):
+        windows = [((k * i_size) // o_size, -((-(k + 1) * i_size) // o_size)) for k in range(o_size)]
+        width = max(end - start for start, end in windows)
+        taps.append([{"index": [min(start + t, end - 1) for start, end in windows],
+                      "weight": [1.0 / (end - start) if start + t < end else 0.0 for start, end in windows],
+                      "sparse": any(start + t >= end for start, end in windows)} for t in range(width)])
+    return interp_tree(n, src, taps)
+
+
+def _rrelu_eval_as_leaky(n: Node, graph: Graph) -> Node | None:
+    """F.rrelu(x, training=False), a getitem of rrelu_with_noise_functional (whose noise buffer is an
+    empty tensor), is leaky_relu with the slope (lower + upper) / 2."""
+    src = graph.value(n.operands[0].name) if n.operands and isinstance(n.operands[0], Ref) else None
+    if not isinstance(src, Node) or src.base != "rrelu_with_noise_functional" or src.attrs.get("training") or \
+            n.attrs.get("index") != 0 or not isinstance(src.operands[0], Ref):
+        return None
+    slope = (float(src.attrs.get("lower", 1 / 8)) + float(src.attrs.get("upper", 1 / 3))) / 2
+    return Node(n.name, "leaky_relu.default", [src.operands[0]], {"negative_slope": slope}, n.shape, n.dtype)
 
 
 def _piece_as_move_op(n: Node, graph: Graph) -> Node | None:
