@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call (2026-12-07): what code generation took this session, on a GPU, against ATen's CUDA
 # kernels (each step under its own timeout):
-#  1. bench/codegen_direct_gpu.py on the upsampling, selection and cummax / cummin cases of
+#  1. bench/codegen_direct_gpu.py on the upsampling, adaptive pool, selection and cummax / cummin cases of
 #     tests/gpu/test_codegen_cases_gpu.py (default + 1 sampled schedule each; DIRECT_S, default 240);
 #  2. bench/new_ops_speed.py: ours against eager, torch.compile and the memory floor (SPEED_S, 200);
 #  3. a few of those cases through the evaluator itself (EVAL_K, EVAL_S, 140).
@@ -12,7 +12,7 @@ out=${OUT:-./select-call-out}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
 echo "-- direct check"
-timeout ${DIRECT_S:-240} python3 bench/codegen_direct_gpu.py -k select -k upsample -k running --sampled 1 > "$out/direct.log" 2>&1
+timeout ${DIRECT_S:-240} python3 bench/codegen_direct_gpu.py -k select -k upsample -k adaptive -k rrelu -k running --sampled 1 > "$out/direct.log" 2>&1
 echo "direct: exit $? ($SECONDS s)"; grep -v "^ok" "$out/direct.log" | head -50
 echo "-- speed"
 timeout ${SPEED_S:-200} python3 bench/new_ops_speed.py --reps 20 --sampled 4 > "$out/speed.md" 2>&1

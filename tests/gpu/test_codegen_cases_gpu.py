@@ -85,7 +85,8 @@ RUNNING = {
 NEW_OPS = ["conv3d_gn_min_clamp", "scalar_tensors_on_device", "scalar_tensor_half", "embedding", "gather_dim1",
            "adaptive_avgpool3d", "adaptive_maxpool_indices", "adaptive_avgpool_3x3", "trace"]
 
-# Larger than the CPU cases: interpolation weights near 0 and 1, rows past a warp, odd sizes.
+# Larger than the CPU cases: interpolation weights near 0 and 1, rows past a warp, odd sizes (the
+# adaptive average pools and rrelu ride along under the same names' dict).
 UPSAMPLE_GPU = {name: source.replace("torch.randn(2, 3, 8, 10)", "torch.randn(4, 16, 37, 53)")
                 .replace("torch.randn(1, 2, 4, 5, 6)", "torch.randn(2, 4, 9, 17, 23)")
                 .replace("torch.randn(2, 3, 9)", "torch.randn(8, 16, 301)") for name, source in UPSAMPLING.items()}
