@@ -749,6 +749,14 @@ def _interp_as_move(n: Node, graph: Graph) -> Node | None:
     acc = np.float64 if n.dtype == "float64" else np.float32
     cubic = n.base == "upsample_bicubic2d"
     align = bool(n.attrs.get("align_corners"))
+    a = acc(-0.75)                        # Keys' kernel, ATen's cubic_convolution1 / 2
+
+    def near(x: Any) -> Any:              # |x| <= 1
+        return ((a + acc(2)) * x - (a + acc(3))) * x * x + acc(1)
+
+    def far(x: Any) -> Any:               # 1 < |x| < 2
+        return ((a * x - acc(5) * a) * x + acc(8) * a) * x - acc(4) * a
+
     taps = []
     for k, given in enumerate(_upsample_scales(n)):
         i_size, o_size = src.shape[2 + k], n.shape[2 + k]
@@ -763,9 +771,6 @@ def _interp_as_move(n: Node, graph: Graph) -> Node | None:
             if cubic:
                 base = int(np.floor(at))
                 t = acc(at - acc(base))
-                a = acc(-0.75)
-                near = lambda x: ((a + acc(2)) * x - (a + acc(3))) * x * x + acc(1)             # |x| <= 1
-                far = lambda x: ((a * x - acc(5) * a) * x + acc(8) * a) * x - acc(4) * a     # 1 < |x| < 2
                 ws = (far(t + acc(1)), near(t), near(acc(1) - t), far(acc(1) - t + acc(1)))
                 for q in range(4):
                     index[q].append(min(max(base - 1 + q, 0), i_size - 1))
