@@ -245,6 +245,28 @@ UPSAMPLING.update({
 })
 
 
+# F.grid_sample (every mode and padding mode; a spatial transformer with affine_grid), torch.bucketize
+# and integer division with a rounding mode (2026-12-07: torch's decompositions of grid_sampler_2d
+# and bucketize, which the move, pointwise and reduce families lower; integer floor / trunc division,
+# which bucketize's binary search uses, was refused before).
+UPSAMPLING.update({
+    "grid_sample_bilinear_zeros": T(["return F.grid_sample(x, g, align_corners=False)"],
+                                    "[torch.randn(2, 3, 8, 8), torch.rand(2, 5, 5, 2) * 2.4 - 1.2]", args="x, g"),
+    "grid_sample_nearest_border": T(["return F.grid_sample(x, g, mode='nearest', padding_mode='border', align_corners=True)"],
+                                    "[torch.randn(2, 3, 8, 8), torch.rand(2, 5, 5, 2) * 2.4 - 1.2]", args="x, g"),
+    "grid_sample_bicubic_reflection": T(["return F.grid_sample(x, g, mode='bicubic', padding_mode='reflection')"],
+                                        "[torch.randn(2, 3, 8, 8), torch.rand(2, 5, 5, 2) * 2.4 - 1.2]", args="x, g"),
+    "spatial_transformer": T(["g = F.affine_grid(t, x.shape, align_corners=False)", "return F.grid_sample(x, g, align_corners=False)"],
+                             "[torch.randn(2, 3, 8, 8), torch.randn(2, 2, 3) * 0.3]", args="x, t"),
+    "bucketize": T(["return torch.bucketize(x, b)"], "[torch.randn(100), torch.linspace(-2, 2, 9)]", args="x, b"),
+    "bucketize_right_2d": T(["return torch.bucketize(x, b, right=True)"], "[torch.randn(10, 10), torch.linspace(-2, 2, 9)]",
+                            args="x, b"),
+    "int_floor_and_trunc_division": T(["return torch.div(a, b, rounding_mode='floor'), torch.div(a, b, rounding_mode='trunc'), a // 3"],
+                                      "[torch.randint(-50, 50, (16, 16)), torch.randint(1, 7, (16, 16)) * (torch.randint(0, 2, (16, 16)) * 2 - 1)]",
+                                      args="a, b"),
+})
+
+
 @pytest.mark.skipif(GXX is None, reason="no host C++ compiler")
 @pytest.mark.timeout(900)
 def test_upsampling_generates_and_matches_the_model(monkeypatch):

@@ -39,6 +39,7 @@ def decomposition_table() -> Any:
         aten.native_layer_norm, aten.native_group_norm, aten.native_batch_norm,
         aten._native_batch_norm_legit, aten._native_batch_norm_legit_no_training,
         aten._native_batch_norm_legit_functional,
+        aten.grid_sampler_2d.default, aten.bucketize.Tensor,
     ]))
     table[aten.embedding.default] = _embedding_rows
     # Upsampling stays whole: partition.canonicalize makes it one move kernel with its index and

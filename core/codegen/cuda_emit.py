@@ -111,6 +111,14 @@ CA_HD double nan_min(double a, double b) { return (a != a || b != b) ? ca_ll2d(0
 CA_HD float ca_remainder(float a, float b) { float m = fmodf(a, b); return (m != 0.0f && ((m < 0.0f) != (b < 0.0f))) ? m + b : m; }
 CA_HD double ca_remainder(double a, double b) { double m = fmod(a, b); return (m != 0.0 && ((m < 0.0) != (b < 0.0))) ? m + b : m; }
 template <typename T> CA_HD T ca_remainder(T a, T b) { T m = a % b; return (m != 0 && ((m < 0) != (b < 0))) ? m + b : m; }
+// Integer division with torch's rounding modes (C's / truncates; floor steps down when the signs differ
+// and the division is not exact). A zero divisor, an error on the CPU and undefined on the GPU, gives 0.
+template <typename T> CA_HD T ca_div_trunc(T a, T b) { return b == 0 ? (T)0 : (T)(a / b); }
+template <typename T> CA_HD T ca_div_floor(T a, T b) {
+    if (b == 0) return (T)0;
+    const T q = a / b;
+    return (a % b != 0 && ((a < 0) != (b < 0))) ? (T)(q - 1) : q;
+}
 template <typename T> CA_HD T nan_max(T a, T b) { return a > b ? a : b; }
 template <typename T> CA_HD T nan_min(T a, T b) { return a < b ? a : b; }
 // Fast approximations, used only for values that are rounded to fp16/bf16 (8 or 11 significant bits)

@@ -194,8 +194,10 @@ def _add_sub(sign: str, reverse: bool = False) -> Callable[[Node, list[str], str
 
 def _div(node: Node, a: list[str], ct: str) -> str:
     mode = node.attrs.get("rounding_mode")
-    if not _is_float(ct):
-        raise LoweringError("integer division")
+    if not _is_float(ct):              # integers: only with a rounding mode (true division promotes to float)
+        if mode not in ("trunc", "floor"):
+            raise LoweringError("integer division without a rounding mode")
+        return f"ca_div_{mode}({a[0]}, {a[1]})"
     q = f"({a[0]} / {a[1]})"
     if mode is None:
         return q
