@@ -43,7 +43,8 @@ def decomposition_table() -> Any:
     ]))
     table[aten.embedding.default] = _embedding_rows
     # Upsampling stays whole: partition.canonicalize makes it one move kernel with its index and
-    # weight tables (torch's decompositions compute indices with aranges and gather four times).
+    # weight tables (torch's decompositions compute indices with aranges and write each gathered tap).
+    # grid_sample and bucketize decompose: index arithmetic and gathers the families lower.
     for op in list(table):
         if str(op).split(".")[1].lstrip("_").startswith(("upsample_nearest", "upsample_linear", "upsample_bilinear2d",
                                                              "upsample_trilinear", "upsample_bicubic2d")) \

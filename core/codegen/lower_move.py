@@ -3,7 +3,8 @@ constant / replicate / reflect padding, permute / transpose copies, flips that n
 index_select (torch.roll, x[:, i]), advanced indexing (x[i, j], x[torch.arange(n), t]), torch.gather
 (nn.Embedding arrives as index_select), sliding
 windows (Tensor.unfold), diagonals (torch.diagonal, trace's), nearest upsampling, linear / bilinear /
-trilinear / bicubic interpolation and arange: one gather kernel for a whole chain of them.
+trilinear / bicubic interpolation, adaptive average pools and arange: one gather kernel for a whole
+chain of them.
 
 partition.canonicalize rewrites each such op into a `ca_move.default` node (to_move). Its attrs
 hold a *tree*, plain data, that maps the node's output back to its tensor operands. When an
@@ -40,10 +41,10 @@ transpose of a slice. Tree steps, each with the `shape` of its result:
 
 The kernel: each thread takes ITEMS output elements BLOCK apart (coalesced stores), unravels the
 flat index over the output shape (literal sizes: divisions become multiplies) and walks the tree
-back to one element of an operand or a pad value (an interp step reads several and weighs them). Elementwise ops on the result that the partitioner
-adds as an epilogue run on that value before the stores (store()). Reads follow the tree: contiguous for slices,
-pads and cats, strided for transposes. Values are copied as stored, so every dtype moves exactly
-(interpolation aside: it computes).
+back to one element of an operand or a pad value (an interp step reads several and weighs them).
+Elementwise ops on the result that the partitioner adds as an epilogue run on that value before the
+stores (store()). Reads follow the tree: contiguous for slices, pads and cats, strided for
+transposes. Values are copied as stored, so every dtype moves exactly (interp aside: it computes).
 
 A copy that is only a transpose (a permute of one operand whose innermost dim moves) has a second
 form, TILED=1 (its default when both dims of the plane are 16 or more): 32 x 32 tiles of the plane
