@@ -12,7 +12,7 @@ out=${OUT:-./select-call-out}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
 echo "-- direct check"
-timeout ${DIRECT_S:-240} python3 bench/codegen_direct_gpu.py -k select -k upsample -k adaptive -k rrelu -k grid -k spatial -k bucketize -k int_floor -k running --sampled 1 > "$out/direct.log" 2>&1
+timeout ${DIRECT_S:-240} python3 bench/codegen_direct_gpu.py -k select -k upsample -k adaptive -k rrelu -k grid -k spatial -k bucketize -k searchsorted -k int_floor -k running --sampled 1 > "$out/direct.log" 2>&1
 echo "direct: exit $? ($SECONDS s)"; grep -v "^ok" "$out/direct.log" | head -50
 echo "-- speed"
 timeout ${SPEED_S:-200} python3 bench/new_ops_speed.py --reps 20 --sampled 4 > "$out/speed.md" 2>&1

@@ -245,8 +245,8 @@ UPSAMPLING.update({
 })
 
 
-# F.grid_sample (every mode and padding mode; a spatial transformer with affine_grid), torch.bucketize
-# and integer division with a rounding mode (2026-12-07: torch's decompositions of grid_sampler_2d
+# F.grid_sample (every mode and padding mode; a spatial transformer with affine_grid), torch.bucketize,
+# torch.searchsorted over a 1-D sequence (as bucketize) and integer division with a rounding mode (2026-12-07: torch's decompositions of grid_sampler_2d
 # and bucketize, which the move, pointwise and reduce families lower; integer floor / trunc division,
 # which bucketize's binary search uses, was refused before).
 UPSAMPLING.update({
@@ -261,6 +261,11 @@ UPSAMPLING.update({
     "bucketize": T(["return torch.bucketize(x, b)"], "[torch.randn(100), torch.linspace(-2, 2, 9)]", args="x, b"),
     "bucketize_right_2d": T(["return torch.bucketize(x, b, right=True)"], "[torch.randn(10, 10), torch.linspace(-2, 2, 9)]",
                             args="x, b"),
+    "searchsorted": T(["return torch.searchsorted(b, x)"], "[torch.randn(10, 10), torch.linspace(-2, 2, 9)]", args="x, b"),
+    "searchsorted_right_int32": T(["return torch.searchsorted(b, x, right=True, out_int32=True)"],
+                                  "[torch.randn(100), torch.sort(torch.randn(17)).values]", args="x, b"),
+    "searchsorted_side_ties": T(["return torch.searchsorted(b, x, side='right')"],
+                                "[torch.randint(-3, 3, (40,)).float(), torch.arange(-3, 4).float()]", args="x, b"),
     "int_floor_and_trunc_division": T(["return torch.div(a, b, rounding_mode='floor'), torch.div(a, b, rounding_mode='trunc'), a // 3"],
                                       "[torch.randint(-50, 50, (16, 16)), torch.randint(1, 7, (16, 16)) * (torch.randint(0, 2, (16, 16)) * 2 - 1)]",
                                       args="a, b"),

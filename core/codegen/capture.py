@@ -42,6 +42,7 @@ def decomposition_table() -> Any:
         aten.grid_sampler_2d.default, aten.bucketize.Tensor,
     ]))
     table[aten.embedding.default] = _embedding_rows
+    table[aten.searchsorted.Tensor] = _searchsorted_as_bucketize
     # Upsampling stays whole: partition.canonicalize makes it one move kernel with its index and
     # weight tables (torch's decompositions compute indices with aranges and write each gathered tap).
     # grid_sample and bucketize decompose: index arithmetic and gathers the families lower.
@@ -65,6 +66,17 @@ def _embedding_rows(weight: torch.Tensor, indices: torch.Tensor, padding_idx: in
     with the 2-D index, a general gather)."""
     rows = torch.ops.aten.index_select.default(weight, 0, indices.reshape(-1))
     return rows.view(*indices.shape, weight.shape[-1])
+
+
+def _searchsorted_as_bucketize(sorted_sequence: torch.Tensor, values: torch.Tensor, *, out_int32: bool = False,
+                               right: bool = False, side: str | None = None, sorter: Any = None) -> Any:
+    """torch.searchsorted over one sorted 1-D sequence is torch.bucketize of the values with it as
+    the boundaries (whose decomposition, a binary search of elementwise ops and gathers, the
+    families lower). A batched sequence or a sorter keeps the op (refused with its name)."""
+    if sorted_sequence.dim() != 1 or sorter is not None:
+        return NotImplemented
+    return torch.ops.aten.bucketize.Tensor(values, sorted_sequence, out_int32=out_int32,
+                                           right=bool(right or side == "right"))
 
 
 def _adaptive_as_pool(pool: Any, x: torch.Tensor, output_size: list[int]) -> Any:
