@@ -1,6 +1,6 @@
-"""Generated programs against PyTorch's own CUDA kernels, in one process and quickly: many cases in
-the time the evaluator (tests/gpu/test_codegen_cases_gpu.py: a judge and a runner process per case,
-about 50 s a case on an H100) takes for one. For each case: generate(), then at the default and
+"""Generated programs against PyTorch's own CUDA kernels, every case in one process, where the
+evaluator (tests/gpu/test_codegen_cases_gpu.py) starts a judge and a runner process per case (about
+50 s a case on an H100). For each case: generate(), then at the default and
 SAMPLED random legal schedules compile with NVRTC for this GPU, launch with CuPy on outputs poisoned
 with NaN / a bit pattern, and compare with eager PyTorch on the GPU on the same inputs: integer and
 bool outputs exactly (indices included), floating ones within the task dtype's tolerance of the
