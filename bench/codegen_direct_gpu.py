@@ -44,15 +44,50 @@ def _compare(name: str, got: torch.Tensor, want: torch.Tensor, tolerance: tuple[
            f"{g[at].item():.6g} vs {w[at].item():.6g}"
 
 
-def check_case(name: str, source: str, sampled: int, arch: str) -> list[str]:
-    import cupy
-    import numpy as np
+class Launcher:
+    """A generated program compiled for this GPU and bound to fixed tensors: call() launches it."""
 
+    def __init__(self, program, env: dict, tensors: dict, arch: str):
+        import cupy
+        import numpy as np
+
+        from core.program import LaunchLimits, ScalarArg, TensorArg
+        from core.toolchain import compile_cuda
+
+        built = compile_cuda(program.source, arch=arch, options=program.compile_options())
+        if not built.ok:
+            raise RuntimeError(built.error_summary())
+        self.module = cupy.cuda.function.Module()
+        self.module.load(built.cubin)
+        plan = program.resolve(env, LaunchLimits(max_shared_bytes=227 * 1024, max_buffer_bytes=1 << 40))
+        self.buffers = {b.name: (torch.zeros if b.zeroed else torch.empty)(b.shape, dtype=getattr(torch, b.dtype),
+                                                                          device="cuda") for b in plan.buffers}
+        every = {**tensors, **self.buffers}
+        np_types = {"int32": np.int32, "int64": np.int64, "uint32": np.uint32, "uint64": np.uint64,
+                    "float32": np.float32, "float64": np.float64}
+        self.launches = []
+        for launch in plan.launches:
+            f = self.module.get_function(launch.kernel)
+            if launch.shared_bytes > 48 * 1024:       # dynamic shared memory past 48 KB: opt in, as the runner does
+                cupy.cuda.driver.funcSetAttribute(f.ptr, 8, launch.shared_bytes)
+            args = tuple(np.uint64(every[a.name].data_ptr()) if isinstance(a, TensorArg) else np_types[a.ctype](a.value)
+                         for a in launch.args if isinstance(a, (TensorArg, ScalarArg)))
+            self.launches.append((f, launch.grid, launch.block, args, launch.shared_bytes))
+        self.outputs = [self.buffers[o] for o in plan.outputs]
+        self.zeroed = {b.name for b in plan.buffers if b.zeroed}
+        self.stream = cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+
+    def __call__(self):
+        for f, grid, block, args, shared in self.launches:
+            f(grid, block, args, shared_mem=shared, stream=self.stream)
+        return self.outputs
+
+
+def check_case(name: str, source: str, sampled: int, arch: str) -> list[str]:
     from core.codegen import generate
-    from core.program import LaunchLimits, ScalarArg, TensorArg, TensorInfo
+    from core.program import TensorInfo
     from core.tasks import load_task_from_source
     from core.tasks.task import dtype_tolerance
-    from core.toolchain import compile_cuda
 
     task = load_task_from_source(source, name)
     gen = generate(task)
@@ -62,48 +97,27 @@ def check_case(name: str, source: str, sampled: int, arch: str) -> list[str]:
         want = model(*inputs)
     want = list(want) if isinstance(want, (tuple, list)) else [want]
     env, tensors = {}, {}
-    for n, v in zip(task.input_names, inputs):
+    for n, v in [*zip(task.input_names, inputs), *model.state_dict().items()]:
         if isinstance(v, torch.Tensor):
-            v = v.contiguous()
-            tensors[n] = v
+            tensors[n] = v.contiguous()
             env[n] = TensorInfo(tuple(v.shape), str(v.dtype).removeprefix("torch."))
         else:
             env[n] = v
-    for n, v in model.state_dict().items():
-        tensors[n] = v.contiguous()
-        env[n] = TensorInfo(tuple(v.shape), str(v.dtype).removeprefix("torch."))
-    np_types = {"int32": np.int32, "int64": np.int64, "uint32": np.uint32, "uint64": np.uint64,
-                "float32": np.float32, "float64": np.float64}
     failures = []
     schedules = [gen.spec.default()] + gen.spec.sample(random.Random(name), sampled)
     for schedule in schedules:
-        program = gen.program.with_schedule(schedule)
-        built = compile_cuda(program.source, arch=arch, options=program.compile_options())
-        if not built.ok:
-            failures.append(f"{schedule}: NVRTC: {built.error_summary()}")
+        try:
+            run = Launcher(gen.program.with_schedule(schedule), env, tensors, arch)
+        except RuntimeError as exc:
+            failures.append(f"{schedule}: NVRTC: {exc}")
             continue
-        module = cupy.cuda.function.Module()
-        module.load(built.cubin)
-        plan = program.resolve(env, LaunchLimits(max_shared_bytes=227 * 1024, max_buffer_bytes=1 << 40))
-        bufs = {}
-        for b in plan.buffers:
-            t = torch.zeros(b.shape, dtype=getattr(torch, b.dtype), device="cuda") if b.zeroed else \
-                torch.empty(b.shape, dtype=getattr(torch, b.dtype), device="cuda")
-            if not b.zeroed:
-                t.fill_(float("nan")) if t.is_floating_point() else t.fill_(-7 if t.dtype != torch.bool else True)
-            bufs[b.name] = t
-        every = {**tensors, **bufs}
-        stream = cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
-        for launch in plan.launches:
-            f = module.get_function(launch.kernel)
-            if launch.shared_bytes > 48 * 1024:       # dynamic shared memory past 48 KB: opt in, as the runner does
-                cupy.cuda.driver.funcSetAttribute(f.ptr, 8, launch.shared_bytes)
-            args = tuple(np.uint64(every[a.name].data_ptr()) if isinstance(a, TensorArg) else np_types[a.ctype](a.value)
-                         for a in launch.args if isinstance(a, (TensorArg, ScalarArg)))
-            f(launch.grid, launch.block, args, shared_mem=launch.shared_bytes, stream=stream)
+        for buf_name, buf in run.buffers.items():       # poisoned, so an unwritten element shows
+            if buf_name not in run.zeroed:
+                buf.fill_(float("nan") if buf.is_floating_point() else True if buf.dtype == torch.bool else -7)
+        outs = run()
         torch.cuda.synchronize()
-        for k, (out_name, w) in enumerate(zip(plan.outputs, want)):
-            problem = _compare(f"output {k} ('{out_name}')", bufs[out_name], w, dtype_tolerance(str(w.dtype).removeprefix("torch.")))
+        for k, (got, w) in enumerate(zip(outs, want)):
+            problem = _compare(f"output {k}", got, w, dtype_tolerance(str(w.dtype).removeprefix("torch.")))
             if problem:
                 failures.append(f"{schedule}: {problem}")
     return failures

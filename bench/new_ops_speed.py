@@ -84,44 +84,6 @@ def copy_bandwidth() -> float:
     return 2 * src.numel() * 4 / statistics.median(times)
 
 
-class Launcher:
-    """A generated program compiled for this GPU and bound to fixed tensors: call() launches it."""
-
-    def __init__(self, program, env: dict, tensors: dict, arch: str):
-        import cupy
-        import numpy as np
-
-        from core.program import LaunchLimits, ScalarArg, TensorArg
-        from core.toolchain import compile_cuda
-
-        built = compile_cuda(program.source, arch=arch, options=program.compile_options())
-        if not built.ok:
-            raise RuntimeError(built.error_summary())
-        self.module = cupy.cuda.function.Module()
-        self.module.load(built.cubin)
-        plan = program.resolve(env, LaunchLimits(max_shared_bytes=227 * 1024, max_buffer_bytes=1 << 40))
-        self.buffers = {b.name: (torch.zeros if b.zeroed else torch.empty)(b.shape, dtype=getattr(torch, b.dtype),
-                                                                          device="cuda") for b in plan.buffers}
-        every = {**tensors, **self.buffers}
-        np_types = {"int32": np.int32, "int64": np.int64, "uint32": np.uint32, "uint64": np.uint64,
-                    "float32": np.float32, "float64": np.float64}
-        self.launches = []
-        for launch in plan.launches:
-            f = self.module.get_function(launch.kernel)
-            if launch.shared_bytes > 48 * 1024:       # dynamic shared memory past 48 KB: opt in, as the runner does
-                cupy.cuda.driver.funcSetAttribute(f.ptr, 8, launch.shared_bytes)
-            args = tuple(np.uint64(every[a.name].data_ptr()) if isinstance(a, TensorArg) else np_types[a.ctype](a.value)
-                         for a in launch.args if isinstance(a, (TensorArg, ScalarArg)))
-            self.launches.append((f, launch.grid, launch.block, args, launch.shared_bytes))
-        self.outputs = [self.buffers[o] for o in plan.outputs]
-        self.stream = cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
-
-    def __call__(self):
-        for f, grid, block, args, shared in self.launches:
-            f(grid, block, args, shared_mem=shared, stream=self.stream)
-        return self.outputs
-
-
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=30)
@@ -130,7 +92,7 @@ def main() -> int:
     ap.add_argument("-k", action="append", default=[])
     args = ap.parse_args()
 
-    from codegen_direct_gpu import _compare      # bench/ is the script's own folder on sys.path
+    from codegen_direct_gpu import Launcher, _compare      # bench/ is the script's own folder on sys.path
     from core.codegen import generate
     from core.program import TensorInfo
     from core.tasks import load_task_from_source

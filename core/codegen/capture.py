@@ -46,11 +46,14 @@ def decomposition_table() -> Any:
     # Upsampling stays whole: partition.canonicalize makes it one move kernel with its index and
     # weight tables (torch's decompositions compute indices with aranges and write each gathered tap).
     # grid_sample and bucketize decompose: index arithmetic and gathers the families lower.
-    for op in list(table):
-        if str(op).split(".")[1].lstrip("_").startswith(("upsample_nearest", "upsample_linear", "upsample_bilinear2d",
-                                                             "upsample_trilinear", "upsample_bicubic2d")) \
-                and not str(op).endswith(".out") and "_aa." not in str(op):
-            del table[op]
+    for op in (aten.upsample_nearest1d.vec, aten.upsample_nearest1d.default, aten.upsample_nearest2d.default,
+               aten.upsample_nearest3d.vec, aten.upsample_nearest3d.default,
+               aten._upsample_nearest_exact1d.vec, aten._upsample_nearest_exact1d.default,
+               aten._upsample_nearest_exact2d.vec, aten._upsample_nearest_exact2d.default,
+               aten._upsample_nearest_exact3d.vec, aten._upsample_nearest_exact3d.default,
+               aten.upsample_linear1d.vec, aten.upsample_linear1d.default, aten.upsample_trilinear3d.vec,
+               aten.upsample_bicubic2d.vec):
+        table.pop(op, None)
     for op, pool in ((aten._adaptive_avg_pool2d.default, aten.avg_pool2d.default),
                      (aten._adaptive_avg_pool3d.default, aten.avg_pool3d.default),
                      (aten.adaptive_max_pool2d.default, aten.max_pool2d_with_indices.default),

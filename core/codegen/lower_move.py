@@ -576,8 +576,8 @@ class _Emitter:
     def __init__(self, kernel: str, dtype: str, operands: list[Any], idx_t: str):
         self.kernel, self.dtype, self.operands, self.idx_t = kernel, dtype, operands, idx_t
         self.count = 0
-        self.tables: list[str] = []      # file-scope index tables
-        self.named: dict[tuple, str] = {}   # interp tables already written, by (ctype, values)
+        self.tables: list[str] = []      # file-scope index and weight tables
+        self.named: dict[tuple, str] = {}   # tables already written, by (ctype, values)
 
     def temp(self, lines: list[str], pad: str, expr: str) -> str:
         self.count += 1
@@ -681,12 +681,8 @@ class _Emitter:
                 lines.append(f"{pad}const {self.idx_t} w{self.count} = {j[d]} >= {size} ? {j[d]} - {size} : {j[d]};")
                 j[d] = f"w{self.count}"
                 return lines + self.gen(t["child"], j, pad)
-            if "table" in t:                # an index known when lowering: a table in the source
-                source = f"{self.kernel}_table{len(self.tables)}"
-                self.tables.append(f"__device__ const int {source}[{len(t['table'])}] = {{"
-                                   f"{', '.join(str(int(v)) for v in t['table'])}}};")
-            else:
-                source = f"in{t['k']}"
+            # An index known when lowering is a table in the source, else the index operand.
+            source = self.table([int(v) for v in t["table"]], "int") if "table" in t else f"in{t['k']}"
             j[d] = self.temp(lines, pad, f"({self.idx_t}){source}[{idx[d]}]")
             # An index out of range (PyTorch raises there) gives 0, not a read outside the tensor.
             return lines + self.guarded([f"{j[d]} >= 0 && {j[d]} < {size}"], t["child"], j, pad,
