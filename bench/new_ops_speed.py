@@ -52,6 +52,12 @@ CASES = {
     "topk8_rows_16384": _task("torch.topk(x, 8, dim=-1)", "torch.randn(1024, 16384)"),
     "median_rows_255": _task("torch.median(x, dim=-1)", "torch.randn(8192, 255)"),
     "kthvalue_rows_64": _task("torch.kthvalue(x, 10, dim=-1)", "torch.randn(65536, 64)"),
+    "sort_rows_65536": _task("torch.sort(x, dim=-1)", "torch.randn(64, 65536)"),
+    "median_whole_4m": _task("torch.median(x)", "torch.randn(2048, 2048)"),
+    "topk10_row_1m": _task("torch.topk(x, 10, dim=-1)", "torch.randn(4, 1 << 20)"),
+    "scatter_one_hot": _task("torch.zeros_like(x).scatter(1, torch.argmax(x, 1, keepdim=True), 1.0)",
+                             "torch.randn(8192, 1000)"),
+    "fold_3x3_64": _task("F.fold(x, (64, 64), 3, padding=1)", "torch.randn(8, 16 * 9, 64 * 64)"),
 }
 
 

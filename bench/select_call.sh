@@ -12,13 +12,13 @@ out=${OUT:-./select-call-out}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
 echo "-- direct check"
-timeout ${DIRECT_S:-240} python3 bench/codegen_direct_gpu.py -k select -k upsample -k adaptive -k rrelu -k grid -k spatial -k bucketize -k searchsorted -k int_floor -k running --sampled 1 > "$out/direct.log" 2>&1
+timeout ${DIRECT_S:-240} python3 bench/codegen_direct_gpu.py -k select -k upsample -k adaptive -k rrelu -k grid -k spatial -k bucketize -k searchsorted -k int_floor -k running -k scatter --sampled 1 > "$out/direct.log" 2>&1
 echo "direct: exit $? ($SECONDS s)"; grep -v "^ok" "$out/direct.log" | head -50
 echo "-- speed"
 timeout ${SPEED_S:-200} python3 bench/new_ops_speed.py --reps 20 --sampled 4 > "$out/speed.md" 2>&1
 echo "speed: exit $? ($SECONDS s)"; cat "$out/speed.md" | head -40
 echo "-- through the evaluator"
 timeout ${EVAL_S:-140} python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu/test_codegen_cases_gpu.py \
-    -k "${EVAL_K:-select_topk_rows or upsample_bilinear_x2 or select_sort_fp16_ties_long}" > "$out/eval.log" 2>&1
+    -k "${EVAL_K:-select_topk_rows or select_sort_long_rows or scatter_index_add_rows or scatter_fold or select_sort_fp16_ties_long}" > "$out/eval.log" 2>&1
 echo "eval: exit $? ($SECONDS s)"; tail -4 "$out/eval.log"
 exit 0

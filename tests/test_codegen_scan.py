@@ -431,7 +431,22 @@ def test_default_and_sampled_schedules_compile_for_sm80_and_sm90(tmp_path_factor
 # in test_codegen_reduce: blocks run one after another, so plain memory is coherent.
 SPLIT_STANDINS = r"""
 static inline void __threadfence() {}
-static inline int atomicAdd(int* p, int v) { const int old = *p; *p += v; return old; }
+// Atomics: the threads of a block run concurrently (the scatter family's updates, arrival counts).
+static inline int atomicAdd(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+static inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
+    return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+}
+template <class T> static inline T ca_atomic_add_float(T* p, T v) {
+    T old = *p, next;
+    do { next = old + v; } while (!__atomic_compare_exchange(p, &old, &next, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+    return old;
+}
+static inline float atomicAdd(float* p, float v) { return ca_atomic_add_float(p, v); }
+static inline double atomicAdd(double* p, double v) { return ca_atomic_add_float(p, v); }
+template <class T> static inline T atomicCAS(T* p, T expected, T desired) {
+    __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    return expected;                                   // the old value, whether or not it swapped
+}
 template <class T> T __ldcg(const T* p) { return *p; }
 """
 

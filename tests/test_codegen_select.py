@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from core.codegen import CodegenError, generate
-from core.codegen.lower_select import MAX_ROW
+from core.codegen.lower_select import LONG_MAX_ROW, MAX_ROW
 from core.tasks import load_task_from_source
 from core.toolchain import CompileCache, compile_cuda, nvrtc_info
 from tests.test_codegen_fuzz import GXX
@@ -63,6 +63,15 @@ CASES = {
     "quantile_rows": T(["return torch.quantile(x, 0.3, dim=1)"], "[torch.randn(6, 9)]"),
     "quantile_whole_tensor": T(["return torch.quantile(x, 0.75)"], "[torch.randn(6, 9)]"),
     "nanquantile_columns": T(["return torch.nanquantile(torch.log(x + 1), 0.5, dim=0)"], "[torch.randn(6, 9)]"),
+    # Rows longer than MAX_ROW: chunks sorted in shared memory, then merged in global memory.
+    "sort_long_rows": T(["return torch.sort(x, dim=-1, stable=True)"], f"[torch.randn(2, {MAX_ROW + 3000})]"),
+    "argsort_long_strided_descending_ties": T(["return torch.argsort(x, dim=0, descending=True, stable=True)"],
+                                              f"[torch.randint(-20, 20, ({MAX_ROW + 77}, 2))]"),
+    "topk_long_row_past_nan": T(["return torch.topk(torch.sqrt(x), 20, dim=-1, largest=False)"],
+                                f"[torch.randn(1, {2 * MAX_ROW + 5})]"),
+    "median_whole_large_tensor": T(["return torch.median(x)"], "[torch.randn(33, 1001)]"),
+    "nanmedian_long_rows_fp16": T(["return torch.nanmedian(torch.log(x.half()), dim=1).values"], f"[torch.randn(2, {MAX_ROW + 1})]"),
+    "kthvalue_long_int64": T(["return torch.kthvalue(x, 17000, dim=1).values"], f"[torch.randint(-9, 9, (2, {MAX_ROW + 900}))]"),
     "linear_topk_softmax": T(["v, i = torch.topk(self.m(x), 4, dim=-1)", "return torch.softmax(v, -1), i"],
                              "[torch.randn(32, 64)]", ["self.m = nn.Linear(i, o)"], ", i, o", "[64, 48]"),
 }
@@ -114,10 +123,10 @@ def test_the_schedule_space_keeps_shared_memory_and_threads_in_use():
 
 @pytest.mark.parametrize("body, op", [
     ("return torch.topk(x, 3, dim=1, sorted=False)", "topk.default"),      # PyTorch's order is unspecified
-    ("return torch.sort(x, dim=1)", "sort.default"),                      # rows longer than MAX_ROW
+    ("return torch.sort(x, dim=1)", "sort.default"),                      # rows longer than LONG_MAX_ROW
     ("return torch.mode(x, dim=1)", "mode.default"),
 ])
 def test_what_the_family_does_not_take_is_refused_with_the_op_named(body, op):
-    shape = f"(4, {MAX_ROW + 1})" if "sort(" in body else "(4, 20)"
+    shape = f"(1, {LONG_MAX_ROW + 1})" if "sort(" in body else "(4, 20)"
     with pytest.raises(CodegenError, match=op.replace(".", r"\.")):
         generate(load_task_from_source(T([body], f"[torch.randn{shape}]"), "refused"))

@@ -25,7 +25,7 @@ from core.tasks import load_task, load_task_from_source
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS, PROGRAMS = ROOT / "resources" / "tasks", ROOT / "resources" / "programs"
-UNLOWERED = ROOT / "tests" / "data" / "unlowered" / "sort_rows.py"      # an op no generator lowers
+UNLOWERED = ROOT / "tests" / "data" / "unlowered" / "mode_rows.py"      # an op no generator lowers
 GPU = {"name": "Made-up GPU (test data)", "capability": "9.0", "torch": "test"}
 # task -> (eager ms, torch.compile ms, roofline floor ms, {BLOCK: ms or None for a compile error})
 TIMES = {"act_gelu": (1.0, 0.8, 0.4, {256: 0.5, 128: 0.6, 512: None}),
@@ -131,8 +131,8 @@ def bench(suite: Path, records: Path, projects: Path, budget: int, observer=None
 def test_bench_lists_every_task_and_resumes_its_projects(suite, records, tmp_path):
     projects = tmp_path / "projects"
     report = bench(suite, records, projects, budget=2).run()
-    assert [r.task for r in report.rows] == ["act_gelu", "act_silu_bf16", "broken", "row_sum", "softmax_lastdim",
-                                             "sort_rows"]
+    assert [r.task for r in report.rows] == ["act_gelu", "act_silu_bf16", "broken", "mode_rows", "row_sum",
+                                             "softmax_lastdim"]
     rows = rows_by_task(report)
     for name in (*TIMES, "row_sum"):
         assert rows[name].status == "ok" and rows[name].evaluated == 2 and not rows[name].resumed
@@ -142,7 +142,7 @@ def test_bench_lists_every_task_and_resumes_its_projects(suite, records, tmp_pat
     assert generated.speedup_eager == pytest.approx(0.03 / generated.best_ms)
     assert rows["act_silu_bf16"].status == "no record"
     assert "other source" in rows["act_silu_bf16"].note and "act_silu_bf16-old.cuagent" in rows["act_silu_bf16"].detail
-    assert rows["sort_rows"].status == "no lowering" and rows["sort_rows"].note.startswith("sort")
+    assert rows["mode_rows"].status == "no lowering" and rows["mode_rows"].note.startswith("mode")
     assert rows["broken"].status == "load error" and "syntax error at line 3" in rows["broken"].note
     assert rows["broken"].family is None and report.failed == [rows["broken"]]
     assert sorted(p.name for p in projects.iterdir()) == ["act_gelu.cuagent", "row_sum.cuagent",
@@ -164,7 +164,7 @@ def test_cli_writes_the_table_with_a_geomean_row(suite, records, tmp_path, capsy
     out = tmp_path / "results" / "h200.md"
     code = main(["bench", str(suite), "--replay", str(records), "--budget", "3", "--policy", "random",
                  "--programs", str(PROGRAMS),
-                 "--out", str(out), "--tasks", "act_gelu", "softmax_lastdim", "act_silu_bf16", "sort_rows"])
+                 "--out", str(out), "--tasks", "act_gelu", "softmax_lastdim", "act_silu_bf16", "mode_rows"])
     assert code == 0                                         # no task failed to load or run
     text = out.read_text()
     assert text in capsys.readouterr().out
@@ -178,7 +178,7 @@ def test_cli_writes_the_table_with_a_geomean_row(suite, records, tmp_path, capsy
             "ok: budget spent; program file |") in lines
     assert "| act_silu_bf16 | activation | - | - | - | - | - | - | - | - | no record: the records of this name " \
            "were made from other source |" in lines
-    assert any(line.startswith("| sort_rows | sort | - |") and "no lowering: sort.default" in line
+    assert any(line.startswith("| mode_rows | mode | - |") and "no lowering: mode.default" in line
                for line in lines)
     # geomeans: sqrt(2.0 * 2.5), sqrt(1.6 * 2.0), sqrt(0.8 * 0.5)
     assert "| geomean | | | | | | | 2.24x | 1.79x | 63 % | over 2 tasks |" in lines
@@ -217,7 +217,7 @@ def test_stop_ends_the_suite_after_the_task_in_flight(suite, records, tmp_path):
     rows = rows_by_task(report)
     assert rows["act_gelu"].status == "ok" and rows["act_gelu"].evaluated == 2
     assert all(rows[n].status == "not run" for n in ("act_silu_bf16", "broken", "row_sum", "softmax_lastdim",
-                                                     "sort_rows"))
+                                                     "mode_rows"))
     assert report.interrupted and "Interrupted (Ctrl-C): 5 of 6 tasks not run." in markdown(report)
 
 

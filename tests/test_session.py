@@ -12,7 +12,7 @@ from core.tasks import load_task
 from tests.support.replay_run import TASK_PATH, record_project
 
 TASKS = Path(__file__).resolve().parents[1] / "resources" / "tasks"
-UNLOWERED = Path(__file__).resolve().parent / "data" / "unlowered" / "sort_rows.py"      # an op no generator lowers
+UNLOWERED = Path(__file__).resolve().parent / "data" / "unlowered" / "mode_rows.py"      # an op no generator lowers
 
 
 def test_a_task_without_a_hand_written_program_gets_the_generated_one():
@@ -31,17 +31,17 @@ def test_the_generated_program_wins_over_a_hand_written_one():
 def test_the_hand_written_program_serves_a_task_no_generator_lowers(tmp_path, monkeypatch):
     import core.search.session as session
 
-    shutil.copy(session.PROGRAMS / "act_gelu.json", tmp_path / "sort_rows.json")     # any valid program file,
+    shutil.copy(session.PROGRAMS / "act_gelu.json", tmp_path / "mode_rows.json")     # any valid program file,
     shutil.copy(session.PROGRAMS / "act_gelu.cu", tmp_path / "act_gelu.cu")           # with the source it names
     monkeypatch.setattr(session, "PROGRAMS", tmp_path)
     task = load_task(UNLOWERED)
     program, constraints, note = _program(RunConfig(task=task.path, project="unused"), task)
-    assert note.endswith("sort_rows.json") and constraints == [] and program.tunables
+    assert note.endswith("mode_rows.json") and constraints == [] and program.tunables
 
 
 def test_a_task_no_generator_lowers_says_which_op(tmp_path):
     task = load_task(UNLOWERED)
-    with pytest.raises(RunSetupError, match="no program: .*sort") as err:
+    with pytest.raises(RunSetupError, match="no program: .*mode") as err:
         _program(RunConfig(task=task.path, project="unused"), task)
     assert "--program" in str(err.value)
 

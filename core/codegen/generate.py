@@ -83,7 +83,7 @@ def unsupported_nodes(graph: Graph) -> list[Node]:
 
 
 def _available() -> str:
-    have = [name for name in ("reduce", "scan", "pool", "matmul", "select") if family_module(name) is not None]
+    have = [name for name in ("reduce", "scan", "pool", "matmul", "select", "scatter") if family_module(name) is not None]
     parts = ["elementwise ops (arithmetic, comparisons, where, clamp, the common activations)",
              "softmax / log-softmax and sum / mean / amax / amin over the last dim",
              "data movement (cat, slicing, split / chunk / unbind, constant padding, permute / transpose, "
@@ -96,7 +96,9 @@ def _available() -> str:
             "pool": "max / avg pooling",
             "matmul": "matrix products (mm, bmm, matmul, nn.Linear, addmm) and convolutions (transposed ones too) "
                       "with elementwise ops on the result",
-            "select": "sort / argsort / topk (sorted) / kthvalue / median / nanmedian along rows of up to 16384"}
+            "select": "sort / argsort / topk (sorted) / kthvalue / median / nanmedian along rows of up to 2^24",
+            "scatter": "index_put (x[i] = v, x[i] += v, index_add, F.fold, F.max_unpool), scatter, scatter_add and "
+                       "scatter_reduce (sum, prod, mean, amax, amin)"}
     return "; ".join(parts + [text[h] for h in have])
 
 

@@ -12,6 +12,7 @@ import torch
 
 from core.codegen.graph import Graph, Ref
 from core.codegen.lower_matmul import CONV, MATMUL
+from core.codegen.lower_scatter import SCATTER, interpret_scatter
 from core.codegen.pointwise_ops import IOTA
 
 _DTYPE_ATTRS = {"dtype"}
@@ -54,6 +55,9 @@ def interpret(graph: Graph, inputs: dict[str, torch.Tensor]) -> list[torch.Tenso
                                                         node.attrs["dilation"], bool(node.attrs.get("transposed")),
                                                         node.attrs.get("output_padding") or [0] * dims,
                                                         node.attrs["groups"])
+            continue
+        if node.op == SCATTER:     # canonicalize's index_put / scatter with every tensor an operand
+            env[node.name] = interpret_scatter(node, [env[o.name] for o in node.operands])
             continue
         base, _, overload = node.op.partition(".")
         op = getattr(getattr(torch.ops.aten, base), overload)

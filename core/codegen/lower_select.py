@@ -41,6 +41,8 @@ from core.codegen.schedule import Knob, ScheduleSpec
 SELECT_OPS = {"sort.default", "sort.stable", "topk.default", "kthvalue.default", "median.dim", "median.default",
               "nanmedian.dim", "nanmedian.default"}
 MAX_ROW = 16384                      # elements of one row (its pairs fit shared memory with ROWS = 1)
+# Longer rows (up to LONG_MAX_ROW): sorted in chunks in shared memory, then merged in global memory.
+LONG_MAX_ROW = 1 << 24
 # Dynamic shared memory of one block: above 48 KB the runner opts in (227 KB on sm_90, 163 KB on
 # sm_80); a GPU with less rejects such a schedule when its plan resolves.
 SHARED_LIMIT = 200 * 1024
@@ -66,6 +68,11 @@ class _Geometry:
     padded: int          # P: L rounded up to a power of two
     key_bytes: int       # 4, or 8 for 64-bit inputs
 
+    @property
+    def long(self) -> bool:
+        """Rows too long for one block's shared memory: chunks sorted, then merged in global memory."""
+        return self.length > MAX_ROW
+
     def shared_bytes(self, rows_per_block: int) -> int:
         return rows_per_block * self.padded * (self.key_bytes + 4)
 
@@ -85,7 +92,7 @@ def _geometry(node: Node, src: Any) -> _Geometry | None:
             d = node.attrs.get("dim", -1) % rank
             length, inner = shape[d], math.prod(shape[d + 1:])
             rows = math.prod(shape[:d]) * inner
-    if not 1 <= length <= MAX_ROW or rows < 1:
+    if not 1 <= length <= LONG_MAX_ROW or rows < 1:
         return None
     key_bytes = 8 if src.dtype in ("float64", "int64") else 4
     return _Geometry(length, inner, rows, 1 << (length - 1).bit_length(), key_bytes)
@@ -134,6 +141,8 @@ def lower_select(graph: Graph, kernel: str) -> Lowering:
                            f"and outputs {graph.outputs}.", task=graph.task, ops=graph.ops())
     outputs = list(graph.outputs)
     count = {"sort": geo.length, "topk": node.attrs.get("k", 1)}.get(node.base, 1)
+    if geo.long:
+        return _lower_long(graph, kernel, node, src, geo, outputs, [roles[o] for o in outputs], count)
     local_kp = 1 << (count - 1).bit_length() if node.base == "topk" and count <= LOCAL_MAX_K else 0
     source = PRELUDE + _emit(kernel, node, src.dtype, geo, count, [roles[o] for o in outputs], local_kp)
     pair_bytes = geo.key_bytes + 4
@@ -200,6 +209,60 @@ def lower_select(graph: Graph, kernel: str) -> Lowering:
     return Lowering(program, spec, notes)
 
 
+LONG_KNOBS = [
+    Knob("BLOCK", (256, 512, 128, 1024, 64), "threads per block (all three kernels)"),
+    Knob("CHUNK", (8192, 16384, 4096, 2048), "elements of a row one block sorts in shared memory"),
+]
+
+
+def _lower_long(graph: Graph, kernel: str, node: Node, src: Any, geo: _Geometry, outputs: list[str],
+                roles: list[str], count: int) -> Lowering:
+    """Rows longer than MAX_ROW: three kernels (see `_emit_long`)."""
+    values = {v.name: v for v in graph.inputs}
+    values.update({n.name: n for n in graph.nodes})
+    pair_bytes = geo.key_bytes + 4
+    taken = {v.name for v in graph.inputs} | set(values) | set(graph.constants) | {"BLOCK", "CHUNK"}
+
+    def scratch(name: str) -> str:
+        while name in taken:
+            name = "_" + name
+        taken.add(name)
+        return name
+
+    keys, pos = scratch(f"{kernel}_keys"), scratch(f"{kernel}_pos")
+
+    def shared_fits(s: Any) -> str | None:
+        need = s["CHUNK"] * pair_bytes
+        return None if need <= SHARED_LIMIT else f"CHUNK={s['CHUNK']} pairs need {need} bytes of shared memory " \
+                                                  f"(at most {SHARED_LIMIT})"
+
+    spec = ScheduleSpec(list(LONG_KNOBS), [shared_fits], {"BLOCK": 256, "CHUNK": 8192})
+    L, R = geo.length, geo.rows
+    smallest = min(LONG_KNOBS[1].values)
+    passes = (-(-L // smallest) - 1).bit_length()           # merges of runs of the smallest CHUNK
+    launches = [{"kernel": f"{kernel}_chunks", "grid": [f"{R} * cdiv({L}, CHUNK)"], "block": ["BLOCK"],
+                 "shared_bytes": f"CHUNK * {pair_bytes}", "args": [src.name, keys, pos]}]
+    # A pass a larger CHUNK does not need is launched as one block that returns at once.
+    launches += [{"kernel": f"{kernel}_merge", "grid": [f"cdiv({R * L}, BLOCK) if CHUNK * {1 << p} < {L} else 1"],
+                  "block": ["BLOCK"], "shared_bytes": 0, "args": [keys, pos, f"int32({p})"]} for p in range(passes)]
+    launches.append({"kernel": kernel, "grid": [f"cdiv({R * count}, BLOCK)"], "block": ["BLOCK"], "shared_bytes": 0,
+                     "args": [src.name, keys, pos] + outputs})
+    key_dtype = "int64" if geo.key_bytes == 8 else "int32"
+    program = {
+        "format": "cuda-agent/program@1", "name": kernel,
+        "source": PRELUDE + _emit_long(kernel, node, src.dtype, geo, count, roles),
+        "tunables": spec.tunables(), "schedule": spec.default(),
+        "buffers": [{"name": o, "shape": [int(d) for d in values[o].shape], "dtype": values[o].dtype} for o in outputs]
+        + [{"name": keys, "shape": [2, R, L], "dtype": key_dtype}, {"name": pos, "shape": [2, R, L], "dtype": "int32"}],
+        "launches": launches,
+        "outputs": outputs,
+    }
+    notes = [f"selection: {node.op} of '{src.name}' {src.dtype}{list(src.shape)}: {describe_rows(geo)}, "
+             f"longer than {MAX_ROW}: chunks of CHUNK sorted in shared memory, then up to {passes} merge passes "
+             f"in global memory; outputs {', '.join(f'{o} ({r})' for o, r in zip(outputs, roles))}"]
+    return Lowering(program, spec, notes)
+
+
 def _key_code(dtype: str) -> tuple[str, str]:
     """The key type, and the body of `key_of(v)` (v in the compute type) that orders as PyTorch does."""
     if dtype == "float64":
@@ -225,14 +288,94 @@ def _key_code(dtype: str) -> tuple[str, str]:
     return "unsigned", "\n    return (unsigned)(int)v ^ 0x80000000u;"
 
 
-def _emit(kernel: str, node: Node, dtype: str, geo: _Geometry, count: int, roles: list[str], local_kp: int) -> str:
-    st, ct = STORAGE_CTYPE[dtype], COMPUTE_CTYPE[dtype]
+def _descending(node: Node) -> bool:
+    return bool(node.attrs.get("descending") if node.base == "sort" else
+                node.attrs.get("largest", True) if node.base == "topk" else False)
+
+
+def _nan_key(key_t: str) -> str:
+    return "0xffffffffffffffffULL" if key_t == "unsigned long long" else "0xffffffffu"
+
+
+def _position(node: Node, dtype: str, ns: str, length: int, nan_key: str) -> str:
+    """Which pair of the sorted row output `p` reads; `rk` is the row's sorted keys."""
+    L = length
+    if node.base in ("sort", "topk"):
+        return "p"
+    if node.base == "kthvalue":
+        return str(node.attrs.get("k", 1) - 1)
+    if node.base == "median" and dtype in FLOATS:       # a NaN in the row sorts last: the median is NaN
+        return f"rk[{L - 1}] == {nan_key} ? {L - 1} : {(L - 1) // 2}"
+    if node.base == "median":
+        return str((L - 1) // 2)
+    return f"({L} - {ns}::nans(rk) - 1) / 2"          # nanmedian: the middle of the pairs before the NaNs
+
+
+def _namespace(ns: str, node: Node, dtype: str, geo: _Geometry) -> str:
     key_t, key_body = _key_code(dtype)
+    nan_key, L = _nan_key(key_t), geo.length
+    return f"""
+// ==== selection: {node.op}, {describe_rows(geo)} ====
+#ifndef CA_DYNAMIC_SMEM
+#define CA_DYNAMIC_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
+#endif
+namespace {ns} {{
+typedef {key_t} key_t;
+// A key that orders as PyTorch compares the values.
+CA_HD key_t key_of({COMPUTE_CTYPE[dtype]} v) {{{key_body}
+}}
+// The NaNs of a sorted row (its last pairs, before the pads): a binary search for the first.
+CA_HD int nans(const key_t* row) {{
+    int lo = 0, hi = {L};
+    while (lo < hi) {{
+        const int mid = (lo + hi) / 2;
+        if (row[mid] == ({key_t}){nan_key}) hi = mid; else lo = mid + 1;
+    }}
+    return {L} - lo;
+}}
+}}  // namespace {ns}
+"""
+
+
+def _outputs(roles: list[str], st: str, value_at: str, index_at: str) -> tuple[list[str], list[str]]:
+    """Kernel parameters and store statements of the outputs (values read back from x at the pair's position)."""
+    params, stores = [], []
+    for k, role in enumerate(roles):
+        if role == "values":
+            params.append(f"{st}* __restrict__ y{k}")
+            stores.append(f"y{k}[{index_at}] = x[{value_at}];")
+        else:
+            params.append(f"long long* __restrict__ y{k}")
+            stores.append(f"y{k}[{index_at}] = (long long)at;")
+    return params, stores
+
+
+def _bitonic(ns: str, rows: str, seg: str, indent: str = "    ") -> str:
+    """Bitonic sort of `rows` runs of `seg` pairs in shared memory (keys, pos) by (key, position)."""
+    body = f"""for (int k = 2; k <= {seg}; k <<= 1) {{
+    for (int j = k >> 1; j > 0; j >>= 1) {{
+        for (int t = threadIdx.x; t < {rows} * {seg} / 2; t += BLOCK) {{
+            const int i = 2 * j * (t / j) + t % j, l = i + j;
+            const bool up = k == {seg} || (i & k) == 0;      // the last merge: every row ascending
+            const {ns}::key_t a = keys[i], b = keys[l];
+            const int pa = pos[i], pb = pos[l];
+            if ((a > b || (a == b && pa > pb)) == up) {{
+                keys[i] = b; keys[l] = a;
+                pos[i] = pb; pos[l] = pa;
+            }}
+        }}
+        __syncthreads();
+    }}
+}}"""
+    return "\n".join(indent + line for line in body.splitlines())
+
+
+def _emit(kernel: str, node: Node, dtype: str, geo: _Geometry, count: int, roles: list[str], local_kp: int) -> str:
+    st = STORAGE_CTYPE[dtype]
+    key_t, _ = _key_code(dtype)
     ns = f"{kernel}_sel"
-    descending = bool(node.attrs.get("descending") if node.base == "sort" else
-                      node.attrs.get("largest", True) if node.base == "topk" else False)
     L, B, R, P = geo.length, geo.inner, geo.rows, geo.padded
-    nan_key = "0xffffffffffffffffULL" if key_t == "unsigned long long" else "0xffffffffu"
+    nan_key = _nan_key(key_t)
     addr = (lambda r, j: f"({r}) * {L}LL + ({j})") if B == 1 else \
         (lambda r, j: f"(({r}) / {B}LL) * {L * B}LL + (long long)({j}) * {B}LL + ({r}) % {B}LL")
     out_addr = (lambda r, p: f"({r}) * {count}LL + ({p})") if B == 1 else \
@@ -241,7 +384,7 @@ def _emit(kernel: str, node: Node, dtype: str, geo: _Geometry, count: int, roles
     split = (lambda e, n: (f"{e} / {n}", f"{e} % {n}")) if B == 1 else (lambda e, n: (f"{e} % ROWS", f"{e} / ROWS"))
     g_in, j_in = split("e", P)
     g_out, p_out = split("e", count)
-    invert = "\n            key = ~key;                              // descending" if descending else ""
+    invert = "\n            key = ~key;                              // descending" if _descending(node) else ""
     element = "x[" + addr("r", "j") + "]"
     key_load = f"{ns}::key_of({load_expr(dtype, element)})"
     whole = f"""    for (int e = threadIdx.x; e < ROWS * {P}; e += BLOCK) {{
@@ -288,50 +431,13 @@ def _emit(kernel: str, node: Node, dtype: str, geo: _Geometry, count: int, roles
 #endif"""
     else:
         seg, load = f"#define SEG {P}", whole
-    if node.base in ("sort", "topk"):
-        position = "p"
-    elif node.base == "kthvalue":
-        position = str(node.attrs.get("k", 1) - 1)
-    elif node.base == "median" and dtype in FLOATS:     # a NaN in the row sorts last: the median is NaN
-        position = f"keys[g * {P} + {L - 1}] == {nan_key} ? {L - 1} : {(L - 1) // 2}"
-    elif node.base == "median":
-        position = str((L - 1) // 2)
-    else:                                               # nanmedian: the middle of the pairs before the NaNs
-        position = f"({L} - {ns}::nans(keys + g * {P}) - 1) / 2"
-    params = [f"const {st}* __restrict__ x"]
-    stores = []
-    for k, role in enumerate(roles):
-        if role == "values":
-            params.append(f"{st}* __restrict__ y{k}")
-            stores.append(f"y{k}[{out_addr('r', 'p')}] = x[{addr('r', 'at')}];")
-        else:
-            params.append(f"long long* __restrict__ y{k}")
-            stores.append(f"y{k}[{out_addr('r', 'p')}] = (long long)at;")
+    position = _position(node, dtype, ns, L, nan_key)
+    params, stores = _outputs(roles, st, addr("r", "at"), out_addr("r", "p"))
     store_lines = "\n        ".join(stores)
-    return f"""
-// ==== selection: {node.op}, {describe_rows(geo)} ====
-#ifndef CA_DYNAMIC_SMEM
-#define CA_DYNAMIC_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
-#endif
-namespace {ns} {{
-typedef {key_t} key_t;
-// A key that orders as PyTorch compares the values.
-CA_HD key_t key_of({ct} v) {{{key_body}
-}}
-// The NaNs of a sorted row (its last pairs, before the pads): a binary search for the first.
-CA_HD int nans(const key_t* row) {{
-    int lo = 0, hi = {L};
-    while (lo < hi) {{
-        const int mid = (lo + hi) / 2;
-        if (row[mid] == ({key_t}){nan_key}) hi = mid; else lo = mid + 1;
-    }}
-    return {L} - lo;
-}}
-}}  // namespace {ns}
-
+    return _namespace(ns, node, dtype, geo) + f"""
 {seg}                    // pairs of one row in shared memory
 extern "C" __global__ void __launch_bounds__(BLOCK)
-{kernel}({", ".join(params)})
+{kernel}({", ".join([f"const {st}* __restrict__ x"] + params)})
 {{
     CA_DYNAMIC_SMEM(ca_smem);                          // ROWS * SEG keys, then ROWS * SEG positions
     {ns}::key_t* const keys = reinterpret_cast<{ns}::key_t*>(ca_smem);
@@ -340,28 +446,110 @@ extern "C" __global__ void __launch_bounds__(BLOCK)
 {load}
     __syncthreads();
     // Bitonic sort of each row's SEG pairs by (key, position): runs of k, merged by steps of j.
-    for (int k = 2; k <= SEG; k <<= 1) {{
-        for (int j = k >> 1; j > 0; j >>= 1) {{
-            for (int t = threadIdx.x; t < ROWS * SEG / 2; t += BLOCK) {{
-                const int i = 2 * j * (t / j) + t % j, l = i + j;
-                const bool up = k == SEG || (i & k) == 0;      // the last merge: every row ascending
-                const {ns}::key_t a = keys[i], b = keys[l];
-                const int pa = pos[i], pb = pos[l];
-                if ((a > b || (a == b && pa > pb)) == up) {{
-                    keys[i] = b; keys[l] = a;
-                    pos[i] = pb; pos[l] = pa;
-                }}
-            }}
-            __syncthreads();
-        }}
-    }}
+{_bitonic(ns, "ROWS", "SEG")}
     for (int e = threadIdx.x; e < ROWS * {count}; e += BLOCK) {{
         const int g = {g_out}, p = {p_out};
         const long long r = row0 + g;
         if (r >= {R}) continue;
+        const {ns}::key_t* const rk = keys + g * SEG;
         const int at = pos[g * SEG + ({position})];
         {store_lines}
     }}
 }}
 #undef SEG
+"""
+
+
+def _emit_long(kernel: str, node: Node, dtype: str, geo: _Geometry, count: int, roles: list[str]) -> str:
+    """Rows longer than MAX_ROW, as three kernels over scratch pairs `keys`, `pos` of [2, R, L] (two halves):
+    `_chunks` sorts each CHUNK of a row in shared memory into half 0; `_merge` pass p merges runs of
+    CHUNK << p pairwise from half p % 2 into the other (each pair's place in the merged run is its
+    place in its own run plus the number of pairs of the other run that order before it, a binary
+    search: pairs are distinct, as positions are); the last kernel picks the outputs as the short
+    path does, from the half the last pass wrote."""
+    st = STORAGE_CTYPE[dtype]
+    key_t, _ = _key_code(dtype)
+    ns = f"{kernel}_sel"
+    L, B, R = geo.length, geo.inner, geo.rows
+    nan_key = _nan_key(key_t)
+    addr = (lambda r, j: f"({r}) * {L}LL + ({j})") if B == 1 else \
+        (lambda r, j: f"(({r}) / {B}LL) * {L * B}LL + (long long)({j}) * {B}LL + ({r}) % {B}LL")
+    invert = "\n            key = ~key;                              // descending" if _descending(node) else ""
+    key_load = f"{ns}::key_of({load_expr(dtype, 'x[' + addr('r', 'j') + ']')})"
+    position = _position(node, dtype, ns, L, nan_key)
+    # Output o in memory order: row r = (a, b), position p along the row.
+    where = "const long long r = o / " + str(count) + "LL, p = o % " + str(count) + "LL;" if B == 1 else \
+        f"const long long p = (o / {B}LL) % {count}LL, r = (o / {count * B}LL) * {B}LL + o % {B}LL;"
+    params, stores = _outputs(roles, st, addr("r", "at"), "o")
+    store_lines = "\n    ".join(stores)
+    return _namespace(ns, node, dtype, geo) + f"""
+extern "C" __global__ void __launch_bounds__(BLOCK)
+{kernel}_chunks(const {st}* __restrict__ x, {ns}::key_t* __restrict__ out_keys, int* __restrict__ out_pos)
+{{
+    CA_DYNAMIC_SMEM(ca_smem);                          // CHUNK keys, then CHUNK positions
+    {ns}::key_t* const keys = reinterpret_cast<{ns}::key_t*>(ca_smem);
+    int* const pos = reinterpret_cast<int*>(ca_smem + CHUNK * sizeof({ns}::key_t));
+    const int chunks = ({L} + CHUNK - 1) / CHUNK;
+    const long long r = blockIdx.x / chunks;
+    const int c0 = (blockIdx.x % chunks) * CHUNK;
+    for (int t = threadIdx.x; t < CHUNK; t += BLOCK) {{
+        const int j = c0 + t;
+        {ns}::key_t key = ({ns}::key_t){nan_key};      // a pad: after every element
+        int at = {L};
+        if (j < {L}) {{
+            key = {key_load};{invert}
+            at = j;
+        }}
+        keys[t] = key;
+        pos[t] = at;
+    }}
+    __syncthreads();
+{_bitonic(ns, "1", "CHUNK")}
+    for (int t = threadIdx.x; t < CHUNK && c0 + t < {L}; t += BLOCK) {{
+        out_keys[r * {L}LL + c0 + t] = keys[t];
+        out_pos[r * {L}LL + c0 + t] = pos[t];
+    }}
+}}
+
+extern "C" __global__ void __launch_bounds__(BLOCK)
+{kernel}_merge({ns}::key_t* __restrict__ keys, int* __restrict__ pos, int pass)
+{{
+    const long long width = (long long)CHUNK << pass;
+    if (width >= {L}) return;                          // runs this CHUNK does not need to merge
+    const long long e = (long long)blockIdx.x * BLOCK + threadIdx.x;
+    if (e >= {R * L}LL) return;
+    const {ns}::key_t* const from_keys = keys + (pass & 1) * {R * L}LL;
+    const int* const from_pos = pos + (pass & 1) * {R * L}LL;
+    const long long row = e / {L}LL * {L}LL, i = e - row;
+    const {ns}::key_t key = from_keys[e];
+    const int at = from_pos[e];
+    const long long run = i / width * width;           // this pair's run [run, run + width)
+    const bool first = (i / width) % 2 == 0;
+    long long lo = first ? run + width : run - width;  // the other run [lo, hi)
+    if (lo > {L}LL) lo = {L}LL;
+    const long long hi = first ? (lo + width < {L}LL ? lo + width : {L}LL) : run;
+    long long a = lo, b = hi;                          // pairs of the other run before (key, at)
+    while (a < b) {{
+        const long long mid = (a + b) / 2;
+        const {ns}::key_t k = from_keys[row + mid];
+        if (k < key || (k == key && from_pos[row + mid] < at)) a = mid + 1; else b = mid;
+    }}
+    const long long to = row + (first ? run : lo) + (i - run) + (a - lo);
+    keys[((pass + 1) & 1) * {R * L}LL + to] = key;
+    pos[((pass + 1) & 1) * {R * L}LL + to] = at;
+}}
+
+extern "C" __global__ void __launch_bounds__(BLOCK)
+{kernel}({", ".join([f"const {st}* __restrict__ x", f"const {ns}::key_t* __restrict__ keys", "const int* __restrict__ pos"] + params)})
+{{
+    int passes = 0;                                    // the half the last merge pass wrote
+    for (long long w = CHUNK; w < {L}; w <<= 1) ++passes;
+    const long long o = (long long)blockIdx.x * BLOCK + threadIdx.x;
+    if (o >= {R * count}LL) return;
+    {where}
+    const long long row = (passes & 1) * {R * L}LL + r * {L}LL;
+    const {ns}::key_t* const rk = keys + row;
+    const int at = pos[row + ({position})];
+    {store_lines}
+}}
 """

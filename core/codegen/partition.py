@@ -56,6 +56,8 @@ from core.codegen.errors import CodegenError
 from core.codegen.graph import Graph, GraphInput, Node, Ref
 from core.codegen.lower_matmul import CONV, FLOATS as MATMUL_DTYPES, MATMUL, SOURCE_OPS as MATMUL_SOURCES
 from core.codegen.lower_move import ARANGES, MOVE, MOVE_OPS, arange_to_move, tensor_operands, to_move
+from core.codegen.lower_scatter import SOURCE_OPS as SCATTER_SOURCES
+from core.codegen.lower_scatter import to_scatter
 from core.codegen.lower_rowreduce import SOFTMAXES, is_rowreduce
 from core.codegen.lower_rownorm import row_signature, rows_fit
 from core.codegen.pointwise_ops import CONSTANT_OPS, IOTA, is_pointwise
@@ -98,8 +100,11 @@ FAMILIES: dict[str, Family] = {
     # sort / argsort / topk / kthvalue / median along one dim: a bitonic sort of each row in shared
     # memory; reads a materialised value and writes the values and / or indices.
     "select": Family("select", "core.codegen.lower_select", "is_select", "lower_select", False, False),
+    # index_put / scatter / scatter_add / scatter_reduce (canonicalize makes each a SCATTER node with
+    # every tensor an operand): out = self, then atomic updates at the scattered places.
+    "scatter": Family("scatter", "core.codegen.lower_scatter", "is_scatter", "lower_scatter", False, False),
 }
-ANCHOR_ORDER = ("reduce", "scan", "pool", "move", "matmul", "conv", "select")
+ANCHOR_ORDER = ("reduce", "scan", "pool", "move", "matmul", "conv", "select", "scatter")
 _MODULES: dict[str, ModuleType | None] = {}
 
 
@@ -401,6 +406,9 @@ def canonicalize(graph: Graph, rows: bool = False) -> Graph:
         if n.op == "getitem" and (leaky := _rrelu_eval_as_leaky(n, graph)) is not None:
             b.nodes.append(leaky)
             continue
+        if n.op in SCATTER_SOURCES and (scattered := to_scatter(n, b.view.value)) is not None:
+            b.nodes.append(scattered)
+            continue
         if n.op in ARANGES and (iota := arange_to_move(n)) is not None:
             b.nodes.append(iota)
         elif rows and _gather_as_pick(b, n):
@@ -469,10 +477,12 @@ _SCAN_BASES = {"cumsum", "cumprod", "logcumsumexp", "cummax", "cummin"}
 
 
 def _readers(graph: Graph) -> dict[str, int]:
-    """How many times each value is read (node operands, cat's tensors, forward outputs)."""
+    """How many times each value is read (node operands, tensors in list attributes: cat's tensors,
+    the indices of index.Tensor and index_put; forward outputs)."""
     count: dict[str, int] = {}
     for n in graph.nodes:
-        for r in tensor_operands(n) if n.op == "cat.default" else [o for o in n.operands if isinstance(o, Ref)]:
+        listed = [x for v in n.attrs.values() if isinstance(v, list) for x in v if isinstance(x, Ref)]
+        for r in [o for o in n.operands if isinstance(o, Ref)] + listed:
             count[r.name] = count.get(r.name, 0) + 1
     for o in graph.outputs:
         count[o] = count.get(o, 0) + 1

@@ -102,9 +102,54 @@ SELECT_GPU.update({
     "select_median_rows": _running("return torch.median(x, dim=-1)", "torch.randn(2048, 129)"),
     "select_topk_rows_16384": _running("return torch.topk(x, 5, dim=-1)", "torch.randn(64, 16384)"),
     "select_sort_fp64_rows_12000": _running("return torch.sort(x.double(), dim=-1)", "torch.randn(8, 12000)"),
+    # Rows longer than 16384: chunks sorted in shared memory, then merge passes in global memory.
+    "select_sort_long_rows": _running("return torch.sort(x, dim=-1)", "torch.randn(16, 100000)"),
+    "select_argsort_long_strided": _running("return torch.argsort(x, dim=0, descending=True)", "torch.randn(40000, 8)"),
+    "select_topk_long_row": _running("return torch.topk(x, 50, dim=-1)", "torch.randn(4, 300000)"),
+    "select_median_whole_1m": _running("return torch.median(x)", "torch.randn(1024, 1024)"),
+    "select_kthvalue_long_int": _running("return torch.kthvalue(x, 1000, dim=1).values", "torch.randint(-500, 500, (4, 70000))"),
 })
 
-SOURCES = {**SYNTHETIC, **ONE_ROW, **RUNNING, **UPSAMPLE_GPU, **SELECT_GPU, **{f"move_{k}": v for k, v in MOVES.items()}, **{f"new_{k}": MORE[k] for k in NEW_OPS}}
+
+
+def _args(body: str, args: str, inputs: str) -> str:
+    return HEADER + f"""
+class Model(nn.Module):
+    def forward(self, {args}):
+        {body}
+
+def get_inputs():
+    return [{inputs}]
+
+def get_init_inputs():
+    return []
+"""
+
+
+# The scatter family (2026-12-07): sums by atomics, whose order changes from run to run, as ATen's.
+SCATTER_GPU = {
+    "scatter_index_add_rows": _args("return y.index_add(0, i, x)", "x, i, y",
+                                    "torch.randn(65536, 64), torch.randint(0, 4096, (65536,)), torch.randn(4096, 64)"),
+    "scatter_index_add_bf16": _args("return y.index_add(0, i, x)", "x, i, y",
+                                    "torch.randn(8192, 128).bfloat16(), torch.randint(0, 512, (8192,)), "
+                                    "torch.randn(512, 128).bfloat16()"),
+    "scatter_add_rows": _args("return y.scatter_add(1, i, x)", "x, i, y",
+                              "torch.randn(256, 4096), torch.randint(0, 1024, (256, 4096)), torch.randn(256, 1024)"),
+    "scatter_reduce_amax_without_self": _args("return y.scatter_reduce(1, i, x, 'amax', include_self=False)", "x, i, y",
+                                              "torch.randn(256, 4096), torch.randint(0, 1024, (256, 4096)), "
+                                              "torch.randn(256, 1024)"),
+    "scatter_reduce_mean": _args("return y.scatter_reduce(1, i, x, 'mean')", "x, i, y",
+                                 "torch.randn(256, 4096), torch.randint(0, 1024, (256, 4096)), torch.randn(256, 1024)"),
+    "scatter_index_assign": _args("y = y.clone()\n        y[i] = x\n        return y", "x, i, y",
+                                  "torch.randn(1000, 256), torch.randperm(8192)[:1000], torch.randn(8192, 256)"),
+    "scatter_one_hot": _args("return torch.zeros_like(x).scatter(1, t.unsqueeze(1), 1.0)", "x, t",
+                             "torch.randn(4096, 1000), torch.randint(0, 1000, (4096,))"),
+    "scatter_fold": _args("return F.fold(x, (64, 64), 3, padding=1)", "x", "torch.randn(8, 16 * 9, 64 * 64)"),
+    "scatter_max_unpool2d": _args("v, i = F.max_pool2d(x, 2, return_indices=True)\n        return F.max_unpool2d(v, i, 2)",
+                                  "x", "torch.randn(8, 32, 64, 64)"),
+}
+
+SOURCES = {**SCATTER_GPU, **SYNTHETIC, **ONE_ROW, **RUNNING, **UPSAMPLE_GPU, **SELECT_GPU, **{f"move_{k}": v for k, v in MOVES.items()}, **{f"new_{k}": MORE[k] for k in NEW_OPS}}
 
 
 @pytest.mark.parametrize("name", sorted(SOURCES))
