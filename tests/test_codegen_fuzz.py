@@ -49,7 +49,7 @@ CASES = int(os.environ.get("CA_FUZZ_CASES", "60"))
 SEED = int(os.environ.get("CA_FUZZ_SEED", "0"))
 SCHEDULES = int(os.environ.get("CA_FUZZ_SCHEDULES", "3"))       # random legal schedules beyond the default
 FAMILIES = ["pointwise", "reduce", "softmax", "norm", "loss", "scan", "pool", "long", "compose", "move", "matmul",
-            "conv", "select"]
+            "conv", "select", "scatter"]
 ONLY = [f for f in os.environ.get("CA_FUZZ_FAMILIES", "").split(",") if f]
 KEEP = os.environ.get("CA_FUZZ_KEEP")
 MAX_THREADS_PER_EXE = 2_000_000            # emulated threads (blocks x block size) per executable run
@@ -781,10 +781,78 @@ def gen_select(rng: random.Random, name: str) -> FuzzCase:
     return FuzzCase(name, "select", _source("x", body, inputs), f"{dtype} {shape} {kind} dim={dim}")
 
 
+def gen_scatter(rng: random.Random, name: str) -> FuzzCase:
+    """index_add / index_put (accumulating, or assigning through unique indices) / index_reduce along a random dim,
+    scatter_add / scatter_reduce (every reduction, with and without self) / scatter (unique indices
+    per line, where the winner of a duplicate is left open) along a random dim; the source after an
+    elementwise op half the time, the result through one a third of the time."""
+    rank = rng.randint(1, 3)
+    shape = _shape(rng, rank, 3000)
+    dim = rng.randrange(rank)
+    size = shape[dim]
+    kind = rng.choice(["index_add", "index_put", "index_put_add", "index_assign", "index_reduce", "scatter_add",
+                       "scatter_reduce", "scatter"])
+    reduce = rng.choice(["sum", "prod", "mean", "amax", "amin"])
+    dtype = rng.choice([F32, F32, F16, BF16, "torch.int64"])
+    reducing = kind in ("scatter_reduce", "index_reduce")
+    if kind in ("index_assign", "index_put_add", "scatter") or (reducing and reduce == "prod"):
+        dtype = rng.choice([F32, "torch.int64"])
+    if reducing and reduce == "mean" and dtype == "torch.int64":
+        reduce = "sum" if kind == "scatter_reduce" else "amax"      # index_reduce has no sum
+
+    def data(shp: list[int]) -> str:
+        if dtype == "torch.int64":
+            return f"torch.randint(-9, 9, {tuple(shp)!r})"
+        if reduce == "prod" and reducing:
+            return f"(torch.rand({tuple(shp)!r}) + 0.5)"        # products of a few stay in range
+        return _randn(shp, dtype)
+
+    src = "s" if dtype == "torch.int64" or rng.random() < 0.5 else _unary(rng, "s")
+    if kind.startswith("index"):
+        # r[:, i] = v and r[:, i] += v (a gather, an add and a store) through unique indices; index_add
+        # and index_put(accumulate=True) through any.
+        unique = kind in ("index_assign", "index_put_add")
+        n = rng.randint(1, size) if unique else rng.choice([1, 3, size, 2 * size + 1])
+        sshape = shape[:dim] + [n] + shape[dim + 1:]
+        index = f"torch.randperm({size})[:{n}]" if unique else f"torch.randint(0, {size}, ({n},))"
+        lead = ", ".join([":"] * dim + ["i"])
+        if kind == "index_add":
+            alpha = rng.choice([1, 2, -3] if dtype == "torch.int64" else [1.0, 0.5, -2.0])
+            body = [f"r = y.index_add({dim}, i, {src}, alpha={alpha})"]
+        elif kind == "index_reduce":
+            reduce = "amin" if reduce == "sum" else reduce
+            body = [f"r = y.index_reduce({dim}, i, {src}, {reduce!r}, include_self={rng.random() < 0.5})"]
+        elif kind == "index_put":
+            body = [f"r = torch.ops.aten.index_put.default(y, {[None] * dim + ['I']}, {src}, True)".replace("'I'", "i")]
+        else:
+            body = ["r = y.clone()", f"r[{lead}] {'=' if kind == 'index_assign' else '+='} {src}"]
+    else:
+        ishape = [rng.randint(1, m) for m in shape]
+        sshape = [m + rng.choice([0, 0, 1, 2]) for m in ishape]
+        if kind == "scatter":
+            m = rng.randint(1, size)
+            ishape[dim] = m
+            sshape[dim] = max(sshape[dim], m)
+            full = list(ishape)
+            full[dim] = size
+            index = f"torch.argsort(torch.rand({tuple(full)!r}), dim={dim}).narrow({dim}, 0, {m})"
+            body = [f"r = y.scatter({dim}, i, {src})"]
+        else:
+            index = f"torch.randint(0, {size}, {tuple(ishape)!r})"
+            if kind == "scatter_add":
+                body = [f"r = y.scatter_add({dim}, i, {src})"]
+            else:
+                body = [f"r = y.scatter_reduce({dim}, i, {src}, {reduce!r}, include_self={rng.random() < 0.5})"]
+    out = _unary(rng, "r") if dtype != "torch.int64" and rng.random() < 0.33 else "r"
+    inputs = [data(sshape), index, data(shape)]
+    return FuzzCase(name, "scatter", _source("s, i, y", body + [f"return {out}"], inputs),
+                    f"{dtype} {shape} {kind} {reduce if reducing else ''} dim={dim}")
+
+
 GENERATORS = {"pointwise": gen_pointwise, "reduce": gen_reduce, "softmax": gen_softmax, "norm": gen_norm,
               "loss": gen_loss, "scan": gen_scan, "pool": gen_pool, "long": gen_long,
               "compose": gen_compose, "move": gen_move, "matmul": gen_matmul, "conv": gen_conv,
-              "select": gen_select}
+              "select": gen_select, "scatter": gen_scatter}
 
 
 def draw_cases(count: int, seed: int, families: list[str] | None = None) -> list[FuzzCase]:

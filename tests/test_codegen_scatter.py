@@ -1,7 +1,7 @@
 """The scatter family (core/codegen/lower_scatter.py): index_put (assignment and accumulation, one or
-several index tensors, adjacent or not, negative indices, broadcast values), Tensor.index_add,
-scatter_add, scatter_reduce (sum, prod, mean, amax, amin, with and without self), scatter of a
-tensor and of a value, one-hot by scatter, F.fold and F.max_unpool2d, over fp32, fp64, fp16, bf16,
+several index tensors, adjacent or not, negative indices, broadcast values), Tensor.index_add /
+index_copy / index_fill / index_reduce, scatter_add, scatter_reduce (sum, prod, mean, amax, amin, with and without self), scatter of a
+tensor and of a value, one-hot by scatter, F.fold (also of F.unfold) and F.max_unpool1d / 2d, over fp32, fp64, fp16, bf16,
 int64 and int32. Each case generates a scatter group, and its CUDA matches the Model under the fuzz
 harness's CPU emulation (AddressSanitizer on; the threads of a block run concurrently, so the atomics
 are exercised) at the default and a random legal schedule. The sources compile with NVRTC for sm_80
@@ -73,6 +73,20 @@ CASES = {
     "scatter_value": T(["return y.scatter(1, i, 2.5)"], f"[{PERM_ROWS}, torch.randn(8, 50)]", args="i, y"),
     "one_hot_by_scatter": T(["return torch.zeros_like(x).scatter(1, t.unsqueeze(1), 1.0)"],
                             "[torch.randn(64, 10), torch.randint(0, 10, (64,))]", args="x, t"),
+    "index_copy": T(["return y.index_copy(0, i, x)"], "[torch.randn(10, 16), torch.randperm(30)[:10], torch.randn(30, 16)]",
+                    args="x, i, y"),
+    "index_fill_dim1": T(["return y.index_fill(1, i, -1.5)"], "[torch.randn(30, 16), torch.randperm(16)[:5]]", args="y, i"),
+    "index_reduce_amax": T(["return y.index_reduce(0, i, x, 'amax')"],
+                           "[torch.randn(40, 6), torch.randint(0, 12, (40,)), torch.randn(12, 6)]", args="x, i, y"),
+    "index_reduce_mean_dim1_without_self": T(["return y.index_reduce(1, i, x, 'mean', include_self=False)"],
+                                             "[torch.randn(3, 40), torch.randint(0, 20, (40,)), torch.randn(3, 20)]",
+                                             args="x, i, y"),
+    "index_reduce_prod_int": T(["return y.index_reduce(0, i, x, 'prod')"],
+                               "[torch.randint(-3, 4, (30, 4)), torch.randint(0, 9, (30,)), torch.randint(-3, 4, (9, 4))]",
+                               args="x, i, y"),
+    "max_unpool1d": T(["v, i = F.max_pool1d(x, 2, return_indices=True)", "return F.max_unpool1d(v, i, 2)"],
+                      "[torch.randn(4, 8, 20)]"),
+    "fold_of_unfold": T(["return F.fold(F.unfold(x, 3, padding=1), (12, 12), 3, padding=1)"], "[torch.randn(2, 4, 12, 12)]"),
     "fold_col2im": T(["return F.fold(x, (7, 9), (3, 2), stride=(2, 1), padding=1)"], "[torch.randn(2, 18, 40)]"),
     "max_unpool2d": T(["v, i = F.max_pool2d(x, 2, return_indices=True)", "return F.max_unpool2d(torch.relu(v), i, 2)"],
                       "[torch.randn(2, 3, 10, 12)]"),

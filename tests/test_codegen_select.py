@@ -121,6 +121,22 @@ def test_the_schedule_space_keeps_shared_memory_and_threads_in_use():
     assert few.spec.default()["LOCAL"] == 0 and not few.spec.legal({"BLOCK": 256, "ROWS": 1, "LOCAL": 1})
 
 
+def test_long_rows_sort_in_chunks_then_merge_passes_the_chunk_size_needs():
+    from core.program import TensorInfo
+
+    gen = generate(load_task_from_source(T(["return torch.sort(x, dim=-1)"], "[torch.randn(3, 100000)]"), "s"))
+    assert gen.spec.default() == {"BLOCK": 256, "CHUNK": 8192}
+    kernels = [launch.kernel for launch in gen.program.launches]
+    # chunks of 2048 (the smallest CHUNK) need 6 merge passes for 49 runs; then the pick
+    assert kernels == ["s_select_chunks"] + ["s_select_merge"] * 6 + ["s_select"]
+    env = {"x": TensorInfo((3, 100000), "float32")}
+    plan = gen.program.with_schedule({"BLOCK": 256, "CHUNK": 16384}).resolve(env)
+    # 7 chunks of 16384 a row: 3 passes; the other 3 are one block that returns; tiles of 1024 pairs
+    assert [launch.grid[0] for launch in plan.launches[1:7]] == [3 * 98] * 3 + [1] * 3
+    assert plan.launches[1].shared_bytes == 1024 * 8 and plan.launches[0].shared_bytes == 16384 * 8
+    assert {b.name: b.shape for b in plan.buffers}["s_select_keys"] == (2, 3, 100000)
+
+
 @pytest.mark.parametrize("body, op", [
     ("return torch.topk(x, 3, dim=1, sorted=False)", "topk.default"),      # PyTorch's order is unspecified
     ("return torch.sort(x, dim=1)", "sort.default"),                      # rows longer than LONG_MAX_ROW

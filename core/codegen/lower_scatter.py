@@ -1,10 +1,11 @@
-"""The scatter family: index_put (x[i] = v, x[i] += v, Tensor.index_add_, F.fold, F.max_unpool),
-scatter_add, scatter_reduce (sum, prod, mean, amax, amin, with or without self) and scatter.
+"""The scatter family: index_put (x[i] = v, x[i] += v, Tensor.index_add_ / index_copy / index_fill,
+F.fold, F.max_unpool), index_reduce, scatter_add, scatter_reduce (sum, prod, mean, amax, amin, with or
+without self) and scatter.
 
 partition.canonicalize rewrites each source op into one `ca_scatter.default` node (to_scatter):
 
     operands   [self, src, index tensors...]  (src left out for scatter.value, whose value is an attr)
-    mode       "index": index_put; the index tensors (attr `dims`: the self dims they index, the
+    mode       "index": index_put and index_reduce; the index tensors (attr `dims`: the self dims they index, the
                others taken whole) broadcast to one shape B, and src broadcasts to self[indices]'s
                shape, which holds B at dim `lead` (PyTorch's advanced indexing: in place of the
                indexed dims where they are adjacent, else first). Negative indices count from the end.
@@ -39,7 +40,8 @@ from core.codegen.lower_pointwise import Lowering
 from core.codegen.schedule import Knob, ScheduleSpec
 
 SCATTER = "ca_scatter.default"
-SOURCE_OPS = {"index_put.default", "scatter_add.default", "scatter_reduce.two", "scatter.src", "scatter.value"}
+SOURCE_OPS = {"index_put.default", "scatter_add.default", "scatter_reduce.two", "scatter.src", "scatter.value",
+              "index_reduce.default"}
 REDUCES = ("none", "sum", "prod", "mean", "amax", "amin")
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32")
 INDEX_DTYPES = ("int64", "int32")
@@ -101,6 +103,21 @@ def to_scatter(n: Node, value: Callable[[str], Any]) -> Node | None:
         attrs = {"mode": "index", "reduce": "sum" if a.get("accumulate") else "none", "include_self": True,
                  "dims": dims, "ishapes": ishapes, "bshape": bshape, "lead": lead, "rshape": rshape}
         operands: list[Any] = [self_, src] + idx
+    elif n.op == "index_reduce.default":
+        # self.index_reduce(dim, index, source, reduce): an index_put along dim with one 1-D index.
+        self_, index, src = (n.operands + [None, None, None])[:3]
+        if not all(isinstance(o, Ref) for o in (self_, index, src)) or a.get("reduce") not in REDUCES:
+            return None
+        shape, ishape = tuple(value(self_.name).shape), tuple(value(index.name).shape)
+        rank = len(shape)
+        d = a.get("dim", 0) % rank if rank else 0
+        rshape = list(shape[:d]) + list(ishape) + list(shape[d + 1:])
+        if rank == 0 or len(ishape) != 1 or value(index.name).dtype not in INDEX_DTYPES or \
+                list(value(src.name).shape) != rshape:
+            return None
+        attrs = {"mode": "index", "reduce": a["reduce"], "include_self": bool(a.get("include_self", True)),
+                 "dims": [d], "ishapes": [list(ishape)], "bshape": list(ishape), "lead": d, "rshape": rshape}
+        operands = [self_, src, index]
     elif n.op in ("scatter_add.default", "scatter_reduce.two", "scatter.src", "scatter.value"):
         self_, index = n.operands[0], n.operands[1]
         src = n.operands[2] if n.op != "scatter.value" and len(n.operands) > 2 else None
@@ -145,7 +162,10 @@ def interpret_scatter(node: Node, operands: list[Any]) -> Any:
         indices: list[Any] = [None] * (max(a["dims"]) + 1)
         for d, i in zip(a["dims"], idx):
             indices[d] = i
-        return torch.ops.aten.index_put.default(self_, indices, src, a["reduce"] == "sum")
+        if a["reduce"] in ("none", "sum") and a["include_self"]:
+            return torch.ops.aten.index_put.default(self_, indices, src, a["reduce"] == "sum")
+        return torch.ops.aten.index_reduce.default(self_, a["dims"][0], idx[0], src, a["reduce"],
+                                                   include_self=a["include_self"])
     has_src = "value" not in a
     index = operands[2] if has_src else operands[1]
     if not has_src:

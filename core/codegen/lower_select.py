@@ -3,7 +3,7 @@
 Ops: `sort.default` / `sort.stable` (torch.sort, argsort, msort), `topk.default` (sorted results),
 `kthvalue.default`, `median.dim` / `median.default`, `nanmedian.dim` / `nanmedian.default` (the
 `.default` forms over the whole tensor, one row). A row is the elements along the op's dim; rows
-of up to MAX_ROW elements are taken.
+of up to LONG_MAX_ROW elements are taken (longer than MAX_ROW: sorted in chunks, then merged).
 
 The kernel: each block sorts ROWS rows in shared memory with a bitonic network over rows padded to
 P, a power of two. An element is a (key, position) pair. The key is an unsigned integer that orders
@@ -25,6 +25,9 @@ Loads and stores are coalesced: along the row when the dim is the last (B == 1),
 block's rows otherwise (consecutive rows are consecutive in memory then).
 
 Knobs: BLOCK threads; ROWS rows per block (dynamic shared memory: ROWS * P pairs, at most 200 KB).
+
+Rows longer than MAX_ROW (up to LONG_MAX_ROW): chunks of CHUNK sorted as above, then merge passes
+through global memory (`_lower_long`, `_emit_long`). Knobs: BLOCK and CHUNK.
 """
 from __future__ import annotations
 
@@ -43,6 +46,7 @@ SELECT_OPS = {"sort.default", "sort.stable", "topk.default", "kthvalue.default",
 MAX_ROW = 16384                      # elements of one row (its pairs fit shared memory with ROWS = 1)
 # Longer rows (up to LONG_MAX_ROW): sorted in chunks in shared memory, then merged in global memory.
 LONG_MAX_ROW = 1 << 24
+MERGE_TILE_MAX = 4096                 # pairs one block of a merge pass takes (divides every 2 * run width)
 # Dynamic shared memory of one block: above 48 KB the runner opts in (227 KB on sm_90, 163 KB on
 # sm_80); a GPU with less rejects such a schedule when its plan resolves.
 SHARED_LIMIT = 200 * 1024
@@ -243,8 +247,10 @@ def _lower_long(graph: Graph, kernel: str, node: Node, src: Any, geo: _Geometry,
     launches = [{"kernel": f"{kernel}_chunks", "grid": [f"{R} * cdiv({L}, CHUNK)"], "block": ["BLOCK"],
                  "shared_bytes": f"CHUNK * {pair_bytes}", "args": [src.name, keys, pos]}]
     # A pass a larger CHUNK does not need is launched as one block that returns at once.
-    launches += [{"kernel": f"{kernel}_merge", "grid": [f"cdiv({R * L}, BLOCK) if CHUNK * {1 << p} < {L} else 1"],
-                  "block": ["BLOCK"], "shared_bytes": 0, "args": [keys, pos, f"int32({p})"]} for p in range(passes)]
+    tile = f"min(BLOCK * 4, {MERGE_TILE_MAX})"
+    launches += [{"kernel": f"{kernel}_merge", "grid": [f"{R} * cdiv({L}, {tile}) if CHUNK * {1 << p} < {L} else 1"],
+                  "block": ["BLOCK"], "shared_bytes": f"{tile} * {pair_bytes}", "args": [keys, pos, f"int32({p})"]}
+                 for p in range(passes)]
     launches.append({"kernel": kernel, "grid": [f"cdiv({R * count}, BLOCK)"], "block": ["BLOCK"], "shared_bytes": 0,
                      "args": [src.name, keys, pos] + outputs})
     key_dtype = "int64" if geo.key_bytes == 8 else "int32"
@@ -463,10 +469,12 @@ extern "C" __global__ void __launch_bounds__(BLOCK)
 def _emit_long(kernel: str, node: Node, dtype: str, geo: _Geometry, count: int, roles: list[str]) -> str:
     """Rows longer than MAX_ROW, as three kernels over scratch pairs `keys`, `pos` of [2, R, L] (two halves):
     `_chunks` sorts each CHUNK of a row in shared memory into half 0; `_merge` pass p merges runs of
-    CHUNK << p pairwise from half p % 2 into the other (each pair's place in the merged run is its
-    place in its own run plus the number of pairs of the other run that order before it, a binary
-    search: pairs are distinct, as positions are); the last kernel picks the outputs as the short
-    path does, from the half the last pass wrote."""
+    CHUNK << p pairwise from half p % 2 into the other, a tile of MT merged places per block: two
+    merge-path searches find which pairs of runs A and B fill the tile, the block loads them into
+    shared memory (coalesced), and each pair's place is its place in its own part plus the number of
+    the other part's pairs before it (a binary search in shared memory; pairs are distinct, as
+    positions are, so there are no ties). The last kernel picks the outputs as the short path does,
+    from the half the last pass wrote."""
     st = STORAGE_CTYPE[dtype]
     key_t, _ = _key_code(dtype)
     ns = f"{kernel}_sel"
@@ -482,7 +490,14 @@ def _emit_long(kernel: str, node: Node, dtype: str, geo: _Geometry, count: int, 
         f"const long long p = (o / {B}LL) % {count}LL, r = (o / {count * B}LL) * {B}LL + o % {B}LL;"
     params, stores = _outputs(roles, st, addr("r", "at"), "o")
     store_lines = "\n    ".join(stores)
+    # topk merges the first k of each run only: a pair further back in its run cannot reach the first
+    # k of the merged one (the places after the first k are never written, nor read).
+    keep_runs = ""
+    if node.base == "topk":
+        keep_runs = (f"\n    if (na > {count}LL) na = {count}LL;                  // topk: the first k of each run"
+                     f"\n    if (nb > {count}LL) nb = {count}LL;")
     return _namespace(ns, node, dtype, geo) + f"""
+#define MT (BLOCK * 4 < {MERGE_TILE_MAX} ? BLOCK * 4 : {MERGE_TILE_MAX})   // pairs one block of a merge pass takes
 extern "C" __global__ void __launch_bounds__(BLOCK)
 {kernel}_chunks(const {st}* __restrict__ x, {ns}::key_t* __restrict__ out_keys, int* __restrict__ out_pos)
 {{
@@ -516,28 +531,61 @@ extern "C" __global__ void __launch_bounds__(BLOCK)
 {{
     const long long width = (long long)CHUNK << pass;
     if (width >= {L}) return;                          // runs this CHUNK does not need to merge
-    const long long e = (long long)blockIdx.x * BLOCK + threadIdx.x;
-    if (e >= {R * L}LL) return;
-    const {ns}::key_t* const from_keys = keys + (pass & 1) * {R * L}LL;
-    const int* const from_pos = pos + (pass & 1) * {R * L}LL;
-    const long long row = e / {L}LL * {L}LL, i = e - row;
-    const {ns}::key_t key = from_keys[e];
-    const int at = from_pos[e];
-    const long long run = i / width * width;           // this pair's run [run, run + width)
-    const bool first = (i / width) % 2 == 0;
-    long long lo = first ? run + width : run - width;  // the other run [lo, hi)
-    if (lo > {L}LL) lo = {L}LL;
-    const long long hi = first ? (lo + width < {L}LL ? lo + width : {L}LL) : run;
-    long long a = lo, b = hi;                          // pairs of the other run before (key, at)
-    while (a < b) {{
-        const long long mid = (a + b) / 2;
-        const {ns}::key_t k = from_keys[row + mid];
-        if (k < key || (k == key && from_pos[row + mid] < at)) a = mid + 1; else b = mid;
+    CA_DYNAMIC_SMEM(ca_smem);                          // the tile's pairs: MT keys, then MT positions
+    {ns}::key_t* const tk = reinterpret_cast<{ns}::key_t*>(ca_smem);
+    int* const tp = reinterpret_cast<int*>(ca_smem + MT * sizeof({ns}::key_t));
+    __shared__ long long cut[2];
+    const int tiles = ({L} + MT - 1) / MT;
+    const long long r = blockIdx.x / tiles;
+    const long long o = (long long)(blockIdx.x % tiles) * MT;   // the tile's first place in the row
+    const long long base = o / (2 * width) * (2 * width);        // run A at base, run B at base + width
+    const {ns}::key_t* const fk = keys + (pass & 1) * {R * L}LL + r * {L}LL + base;
+    const int* const fp = pos + (pass & 1) * {R * L}LL + r * {L}LL + base;
+    {ns}::key_t* const dk = keys + ((pass + 1) & 1) * {R * L}LL + r * {L}LL;
+    int* const dp = pos + ((pass + 1) & 1) * {R * L}LL + r * {L}LL;
+    long long na = {L}LL - base < width ? {L}LL - base : width;
+    long long nb = {L}LL - base - width < width ? {L}LL - base - width : width;
+    if (nb < 0) nb = 0;{keep_runs}
+    const long long d0 = o - base;                     // this tile: merged places [d0, d1)
+    const long long d1 = d0 + MT < na + nb ? d0 + MT : na + nb;
+    if (d0 >= d1) return;
+    // Merge path: how many of the first d merged pairs come from A (pairs are distinct: no ties).
+    if (threadIdx.x < 2) {{
+        const long long d = threadIdx.x ? d1 : d0;
+        long long lo = d - nb > 0 ? d - nb : 0, hi = d < na ? d : na;
+        while (lo < hi) {{
+            const long long a = (lo + hi) / 2;
+            const {ns}::key_t ka = fk[a], kb = fk[width + d - a - 1];
+            if (ka < kb || (ka == kb && fp[a] < fp[width + d - a - 1])) lo = a + 1; else hi = a;
+        }}
+        cut[threadIdx.x] = lo;
     }}
-    const long long to = row + (first ? run : lo) + (i - run) + (a - lo);
-    keys[((pass + 1) & 1) * {R * L}LL + to] = key;
-    pos[((pass + 1) & 1) * {R * L}LL + to] = at;
+    __syncthreads();
+    const long long a0 = cut[0], b0 = d0 - a0;
+    const int la = (int)(cut[1] - a0), n = (int)(d1 - d0);
+    for (int t = threadIdx.x; t < n; t += BLOCK) {{    // A's part, then B's, coalesced
+        const long long g = t < la ? a0 + t : width + b0 + (t - la);
+        tk[t] = fk[g];
+        tp[t] = fp[g];
+    }}
+    __syncthreads();
+    // Each pair's place: its place in its own part plus the pairs of the other part before it.
+    for (int t = threadIdx.x; t < n; t += BLOCK) {{
+        const {ns}::key_t key = tk[t];
+        const int at = tp[t];
+        const bool in_a = t < la;
+        int lo = in_a ? la : 0, hi = in_a ? n : la;
+        const int start = lo;
+        while (lo < hi) {{
+            const int mid = (lo + hi) / 2;
+            if (tk[mid] < key || (tk[mid] == key && tp[mid] < at)) lo = mid + 1; else hi = mid;
+        }}
+        const long long to = base + d0 + (in_a ? t : t - la) + (lo - start);
+        dk[to] = key;
+        dp[to] = at;
+    }}
 }}
+#undef MT
 
 extern "C" __global__ void __launch_bounds__(BLOCK)
 {kernel}({", ".join([f"const {st}* __restrict__ x", f"const {ns}::key_t* __restrict__ keys", "const int* __restrict__ pos"] + params)})
