@@ -1,7 +1,8 @@
 """The scatter family (core/codegen/lower_scatter.py): index_put (assignment and accumulation, one or
 several index tensors, adjacent or not, negative indices, broadcast values), Tensor.index_add /
 index_copy / index_fill / index_reduce, scatter_add, scatter_reduce (sum, prod, mean, amax, amin, with and without self), scatter of a
-tensor and of a value, one-hot by scatter, F.fold (also of F.unfold) and F.max_unpool1d / 2d, over fp32, fp64, fp16, bf16,
+tensor and of a value, one-hot by scatter, F.fold (also of F.unfold), F.max_unpool1d / 2d and nn.EmbeddingBag (sum, mean,
+per-sample weights, the last offset included, padding_idx, 2-D input, fp16), over fp32, fp64, fp16, bf16,
 int64 and int32. Each case generates a scatter group, and its CUDA matches the Model under the fuzz
 harness's CPU emulation (AddressSanitizer on; the threads of a block run concurrently, so the atomics
 are exercised) at the default and a random legal schedule. The sources compile with NVRTC for sm_80
@@ -87,6 +88,19 @@ CASES = {
     "max_unpool1d": T(["v, i = F.max_pool1d(x, 2, return_indices=True)", "return F.max_unpool1d(v, i, 2)"],
                       "[torch.randn(4, 8, 20)]"),
     "fold_of_unfold": T(["return F.fold(F.unfold(x, 3, padding=1), (12, 12), 3, padding=1)"], "[torch.randn(2, 4, 12, 12)]"),
+    # nn.EmbeddingBag: index_select, then an index_add into the bags (capture's decomposition).
+    "embedding_bag_sum_offsets": T(["return self.bag(i, o)"], "[torch.randint(0, 50, (40,)), torch.tensor([0, 7, 7, 30])]",
+                                   ["self.bag = nn.EmbeddingBag(50, 16, mode='sum')"], args="i, o"),
+    "embedding_bag_mean_2d": T(["return self.bag(i)"], "[torch.randint(0, 50, (6, 5))]",
+                               ["self.bag = nn.EmbeddingBag(50, 12, mode='mean')"], args="i"),
+    "embedding_bag_weighted_last_offset": T(["return self.bag(i, o, per_sample_weights=w)"],
+                                            "[torch.randint(0, 30, (20,)), torch.tensor([0, 3, 20]), torch.rand(20)]",
+                                            ["self.bag = nn.EmbeddingBag(30, 8, mode='sum', include_last_offset=True)"],
+                                            args="i, o, w"),
+    "embedding_bag_mean_padding_fp16": T(["return self.bag(i, o)"],
+                                         "[torch.randint(0, 4, (30,)), torch.tensor([0, 2, 10])]",
+                                         ["self.bag = nn.EmbeddingBag(20, 8, mode='mean', padding_idx=1).half()"],
+                                         args="i, o"),
     "fold_col2im": T(["return F.fold(x, (7, 9), (3, 2), stride=(2, 1), padding=1)"], "[torch.randn(2, 18, 40)]"),
     "max_unpool2d": T(["v, i = F.max_pool2d(x, 2, return_indices=True)", "return F.max_unpool2d(torch.relu(v), i, 2)"],
                       "[torch.randn(2, 3, 10, 12)]"),
@@ -142,7 +156,10 @@ def test_canonical_scatter_node_keeps_every_tensor_an_operand_and_interprets_as_
      "[torch.randn(3, 4), torch.tensor([True, False, True]), torch.randn(3, 4)]", "index_put"),
     ("return y.scatter_reduce(1, i, x, 'amax')", "x, i, y",          # a bool tensor: no dtype of the family
      "[torch.rand(4, 6) > 0.5, torch.randint(0, 3, (4, 6)), torch.rand(4, 3) > 0.5]", "scatter_reduce"),
+    ("return self.bag(i, o)", "i, o", "[torch.randint(0, 9, (12,)), torch.tensor([0, 5])]",   # mode "max"
+     "_embedding_bag"),
 ])
 def test_what_the_family_does_not_take_is_refused_with_the_op_named(body, args, inputs, op):
+    init = ["self.bag = nn.EmbeddingBag(9, 4, mode='max')"] if "bag" in body else None
     with pytest.raises(CodegenError, match=op):
-        generate(load_task_from_source(T([body], inputs, args=args), "refused"))
+        generate(load_task_from_source(T([body], inputs, init, args=args), "refused"))

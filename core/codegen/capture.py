@@ -42,6 +42,8 @@ def decomposition_table() -> Any:
         aten.grid_sampler_2d.default, aten.bucketize.Tensor,
     ]))
     table[aten.embedding.default] = _embedding_rows
+    table[aten._embedding_bag_forward_only.default] = _embedding_bag_as_index_add
+    table[aten._embedding_bag.default] = _embedding_bag_as_index_add
     table[aten.searchsorted.Tensor] = _searchsorted_as_bucketize
     # Upsampling stays whole: partition.canonicalize makes it one move kernel with its index and
     # weight tables (torch's decompositions compute indices with aranges and write each gathered tap).
@@ -69,6 +71,39 @@ def _embedding_rows(weight: torch.Tensor, indices: torch.Tensor, padding_idx: in
     with the 2-D index, a general gather)."""
     rows = torch.ops.aten.index_select.default(weight, 0, indices.reshape(-1))
     return rows.view(*indices.shape, weight.shape[-1])
+
+
+def _embedding_bag_as_index_add(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor,
+                                scale_grad_by_freq: bool = False, mode: int = 0, sparse: bool = False,
+                                per_sample_weights: torch.Tensor | None = None, include_last_offset: bool = False,
+                                padding_idx: int = -1) -> Any:
+    """nn.EmbeddingBag / F.embedding_bag with mode "sum" or "mean": the rows an index names
+    (index_select), then an index_add of each into its bag (the scatter family), the bag of index k
+    being the number of offsets <= k, less one (bucketize). Sums accumulate in float32 for fp16 /
+    bf16 weights and round once, as ATen does; an empty bag is zeros; indices equal to padding_idx
+    take no part (nor count for the mean). The other three results are what ATen's CPU kernel gives
+    (EmbeddingBag's forward returns only the first). mode "max" keeps the op (refused by name)."""
+    if mode not in (0, 1) or indices.dim() != 1 or offsets.dim() != 1 or weight.dim() != 2:
+        return NotImplemented
+    n, bags = indices.shape[0], offsets.shape[0] - (1 if include_last_offset else 0)
+    acc = torch.float32 if weight.dtype in (torch.float16, torch.bfloat16) else weight.dtype
+    positions = torch.arange(n, dtype=torch.int64, device=indices.device)
+    bag = torch.ops.aten.bucketize.Tensor(positions, offsets, right=True) - 1
+    rows = torch.ops.aten.index_select.default(weight, 0, indices).to(acc)
+    if per_sample_weights is not None:
+        rows = rows * per_sample_weights.to(acc).unsqueeze(1)
+    keep = indices != padding_idx if padding_idx >= 0 else None
+    if keep is not None:
+        rows = torch.where(keep.unsqueeze(1), rows, torch.zeros_like(rows))
+    out = torch.zeros(bags, weight.shape[1], dtype=acc, device=weight.device).index_add(0, bag, rows)
+    ones = keep.to(torch.int64) if keep is not None else torch.ones(n, dtype=torch.int64, device=indices.device)
+    counts = torch.zeros(bags, dtype=torch.int64, device=indices.device).index_add(0, bag, ones)
+    if mode == 1:
+        out = out / counts.clamp(min=1).to(acc).unsqueeze(1)
+        return out.to(weight.dtype), bag, counts, counts
+    empty = torch.zeros(0, dtype=torch.int64, device=indices.device)
+    zeros = torch.zeros(bags, dtype=torch.int64, device=indices.device)
+    return out.to(weight.dtype), empty, zeros, zeros
 
 
 def _searchsorted_as_bucketize(sorted_sequence: torch.Tensor, values: torch.Tensor, *, out_int32: bool = False,

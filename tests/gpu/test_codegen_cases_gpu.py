@@ -147,6 +147,21 @@ SCATTER_GPU = {
     "scatter_fold": _args("return F.fold(x, (64, 64), 3, padding=1)", "x", "torch.randn(8, 16 * 9, 64 * 64)"),
     "scatter_max_unpool2d": _args("v, i = F.max_pool2d(x, 2, return_indices=True)\n        return F.max_unpool2d(v, i, 2)",
                                   "x", "torch.randn(8, 32, 64, 64)"),
+    "scatter_embedding_bag_mean": HEADER + """
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bag = nn.EmbeddingBag(100000, 64, mode='mean')
+
+    def forward(self, i, o):
+        return self.bag(i, o)
+
+def get_inputs():
+    return [torch.randint(0, 100000, (65536,)), torch.arange(0, 65536, 32)]
+
+def get_init_inputs():
+    return []
+""",
 }
 
 SOURCES = {**SCATTER_GPU, **SYNTHETIC, **ONE_ROW, **RUNNING, **UPSAMPLE_GPU, **SELECT_GPU, **{f"move_{k}": v for k, v in MOVES.items()}, **{f"new_{k}": MORE[k] for k in NEW_OPS}}
