@@ -7,7 +7,7 @@ nearest upsampling, flip, pad, ceil-mode and dilated pools, label-smoothed cross
 one-value tensors made inside forward (`torch.min(x, torch.tensor(0.5))`), and a third group: masked
 attention and scaled_dot_product_attention, nn.Embedding, torch.gather, advanced indexing (x[i, j],
 a hand-written NLL's logp[torch.arange(n), t]), one_hot, adaptive pools whose
-output divides the input, sliding windows (Tensor.unfold), diagonals and trace, cummax / cummin, upsampling (every F.interpolate mode but the antialiased ones), residual blocks, an MLP, BCE-with-logits, NLL and margin-ranking losses. Each must generate, and
+output divides the input (and, since the thirtieth session, adaptive max pools to sizes that do not), sliding windows (Tensor.unfold), diagonals and trace, cummax / cummin, upsampling (every F.interpolate mode but the antialiased ones), residual blocks, an MLP, BCE-with-logits, NLL and margin-ranking losses. Each must generate, and
 its CUDA must match the Model under the fuzz harness's CPU emulation (AddressSanitizer on) at the
 default schedule and one random legal schedule."""
 from __future__ import annotations
@@ -242,6 +242,22 @@ UPSAMPLING.update({
                                                "return self.fc(torch.flatten(x, 1))"], "[torch.randn(2, 3, 13, 13)]",
                                               ["self.c = nn.Conv2d(3, 8, 3)", "self.fc = nn.Linear(72, 10)"]),
     "rrelu_eval": T(["return F.rrelu(x, 0.1, 0.3, training=False) * 2.0"], "[torch.randn(8, 16)]"),
+})
+
+
+# Adaptive max pools whose output does not divide the input (thirtieth session: capture gathers each
+# window as taps, then a max with its index; refused before). Rounded fp16 values tie: the first
+# maximum in the window's row-major order wins, as in ATen's kernel.
+UPSAMPLING.update({
+    "adaptive_maxpool_uneven_indices": T(["v, i = F.adaptive_max_pool2d(x, (3, 4), return_indices=True)", "return v, i"],
+                                         "[torch.randn(2, 3, 10, 11)]"),
+    "adaptive_maxpool_uneven_fp16_ties": T(["return F.adaptive_max_pool2d(x.half().round(), (4, 3), return_indices=True)"],
+                                           "[torch.randn(2, 3, 9, 7) * 2]"),
+    "adaptive_maxpool1d_uneven": T(["return F.adaptive_max_pool1d(x, 7)"], "[torch.randn(2, 3, 20)]"),
+    "adaptive_maxpool3d_uneven_up": T(["return F.adaptive_max_pool3d(x, (2, 5, 3), return_indices=True)"],
+                                      "[torch.randn(2, 3, 3, 4, 7)]"),
+    "adaptive_maxpool_uneven_linear": T(["x = torch.flatten(F.adaptive_max_pool2d(torch.relu(x), (3, 3)), 1)",
+                                         "return self.fc(x)"], "[torch.randn(2, 4, 10, 10)]", ["self.fc = nn.Linear(36, 5)"]),
 })
 
 

@@ -11,6 +11,7 @@ nodes' fake values. Python numbers given to forward are specialised into the gra
 from __future__ import annotations
 
 import functools
+import math
 import operator
 import warnings
 from typing import Any
@@ -123,9 +124,49 @@ def _adaptive_as_pool(pool: Any, x: torch.Tensor, output_size: list[int]) -> Any
     the adaptive op (windows of varying size; no family lowers it)."""
     spatial = list(x.shape[-len(output_size):])
     if any(o <= 0 or i % o for i, o in zip(spatial, output_size)):
+        if pool in (torch.ops.aten.max_pool2d_with_indices.default, torch.ops.aten.max_pool3d_with_indices.default):
+            return _adaptive_max_by_taps(x, list(output_size))
         return NotImplemented
     window = [i // o for i, o in zip(spatial, output_size)]
     return pool(x, window, window)
+
+
+def _adaptive_max_by_taps(x: torch.Tensor, output_size: list[int]) -> Any:
+    """An adaptive max pool to a size that does not divide the input (10 -> 3): output i of a spatial
+    dim of size n takes [floor(i * n / out), ceil((i + 1) * n / out)), at most K long. Each window is
+    gathered as K taps (a short window repeats its last element, which changes neither the max nor,
+    coming after it, the first index of the max), then a max over the taps with its index, which a
+    table of flat positions turns into PyTorch's index (h * W + w). The first of equal maxima wins, in
+    the window's row-major order, as in ATen's kernel. Gathers (move family), max with indices (reduce)."""
+    dims = len(output_size)
+    lead, spatial = list(x.shape[:-dims]), list(x.shape[-dims:])
+    if any(o <= 0 for o in output_size) or not all(spatial):
+        return NotImplemented
+    taps, sizes = [], []
+    for n, out in zip(spatial, output_size):
+        width = max(-(-(i + 1) * n // out) - i * n // out for i in range(out))
+        o = torch.arange(out, dtype=torch.int64, device=x.device)
+        start, end = torch.div(o * n, out, rounding_mode="floor"), torch.div((o + 1) * n + out - 1, out, rounding_mode="floor")
+        k = torch.arange(width, dtype=torch.int64, device=x.device)
+        taps.append(torch.minimum(start.unsqueeze(1) + k.unsqueeze(0), (end - 1).unsqueeze(1)))     # [out, width]
+        sizes.append(width)
+    g = x
+    for j, (tap, out, width) in enumerate(zip(taps, output_size, sizes)):
+        d = len(lead) + 2 * j                          # dims before: lead, then (out, width) per earlier dim
+        g = torch.ops.aten.index_select.default(g, d, tap.reshape(-1))
+        g = g.reshape(*g.shape[:d], out, width, *g.shape[d + 1:])
+    # [lead..., o1, k1, o2, k2, ...] -> [lead..., o1, o2, ..., k1 * k2 * ...]
+    order = list(range(len(lead))) + [len(lead) + 2 * j for j in range(dims)] + [len(lead) + 2 * j + 1 for j in range(dims)]
+    g = g.permute(order).reshape(*lead, *output_size, math.prod(sizes))
+    values, arg = torch.max(g, dim=-1)
+    flat = torch.zeros([1] * (2 * dims), dtype=torch.int64, device=x.device)
+    for j, tap in enumerate(taps):                     # flat position of every tap of every output
+        shape = [1] * (2 * dims)
+        shape[j], shape[dims + j] = output_size[j], sizes[j]
+        flat = flat * spatial[j] + tap.reshape(shape)
+    flat = flat.reshape(*output_size, math.prod(sizes)).expand(*lead, *output_size, math.prod(sizes))
+    indices = torch.gather(flat, -1, arg.unsqueeze(-1)).squeeze(-1)
+    return values, indices
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
