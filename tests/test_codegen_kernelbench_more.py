@@ -7,7 +7,7 @@ nearest upsampling, flip, pad, ceil-mode and dilated pools, label-smoothed cross
 one-value tensors made inside forward (`torch.min(x, torch.tensor(0.5))`), and a third group: masked
 attention and scaled_dot_product_attention, nn.Embedding, torch.gather, advanced indexing (x[i, j],
 a hand-written NLL's logp[torch.arange(n), t]), one_hot, adaptive pools whose
-output divides the input (and, since the thirtieth session, adaptive max pools to sizes that do not), sliding windows (Tensor.unfold), diagonals and trace, cummax / cummin, upsampling (every F.interpolate mode but the antialiased ones), residual blocks, an MLP, BCE-with-logits, NLL and margin-ranking losses. Each must generate, and
+output divides the input (and, since the thirtieth session, adaptive max pools to sizes that do not, and circular pads), sliding windows (Tensor.unfold), diagonals and trace, cummax / cummin, upsampling (every F.interpolate mode but the antialiased ones), residual blocks, an MLP, BCE-with-logits, NLL and margin-ranking losses. Each must generate, and
 its CUDA must match the Model under the fuzz harness's CPU emulation (AddressSanitizer on) at the
 default schedule and one random legal schedule."""
 from __future__ import annotations
@@ -242,6 +242,18 @@ UPSAMPLING.update({
                                                "return self.fc(torch.flatten(x, 1))"], "[torch.randn(2, 3, 13, 13)]",
                                               ["self.c = nn.Conv2d(3, 8, 3)", "self.fc = nn.Linear(72, 10)"]),
     "rrelu_eval": T(["return F.rrelu(x, 0.1, 0.3, training=False) * 2.0"], "[torch.randn(8, 16)]"),
+})
+
+
+# Circular pads (thirtieth session: capture makes them a cat of slices, one move kernel; PyTorch's own
+# form, slice_scatter into an empty tensor, was refused before), also cropping and in a convolution.
+UPSAMPLING.update({
+    "pad_circular_2d": T(["return F.pad(x, (2, 3, 1, 0), mode='circular')"], "[torch.randn(2, 3, 5, 7)]"),
+    "pad_circular_crop_and_pad": T(["return F.pad(x, (2, -1, -2, 3), mode='circular')"], "[torch.randn(2, 3, 6, 7)]"),
+    "pad_circular_1d_crop_fp16": T(["return F.pad(x.half(), (-2, 4), mode='circular') * 2"], "[torch.randn(2, 3, 6)]"),
+    "pad_circular_3d_whole": T(["return F.pad(x, (1, 1, 2, 2, 3, 3), mode='circular')"], "[torch.randn(1, 2, 3, 4, 5)]"),
+    "conv_circular": T(["return torch.relu(self.c(x))"], "[torch.randn(2, 3, 9, 9)]",
+                       ["self.c = nn.Conv2d(3, 4, 3, padding=1, padding_mode='circular')"]),
 })
 
 

@@ -198,13 +198,18 @@ def export_program(task: Any) -> torch.export.ExportedProgram:
     return _export(model, inputs, task.name)
 
 
-class _ScalarTensorsOnCpu(TorchFunctionMode):
-    """During capture, a one-value tensor that forward creates on its inputs' device
-    (`torch.tensor(0.5, device=x.device)`) is made on the CPU instead: on the meta device it would
-    hold no value, and code generation needs the value. A CPU 0-dim tensor mixes with tensors of
-    any device, as on the GPU, so the traced graph is the same."""
+class _CaptureRewrites(TorchFunctionMode):
+    """Two rewrites while forward is traced:
+    - a one-value tensor that forward creates on its inputs' device (`torch.tensor(0.5,
+      device=x.device)`) is made on the CPU instead: on the meta device it would hold no value, and
+      code generation needs the value. A CPU 0-dim tensor mixes with tensors of any device, as on the
+      GPU, so the traced graph is the same;
+    - a circular pad (`F.pad(mode="circular")`, `nn.Conv*d(padding_mode="circular")`) is a `cat` of
+      slices (`_circular_pad`), which the move family copies in one kernel; PyTorch's own form writes
+      into an empty tensor with slice_scatter, which no family lowers."""
 
     FACTORIES = (torch.tensor, torch.as_tensor, torch.scalar_tensor)
+    PADS = (torch.nn.functional.pad, torch._C._nn.pad)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -213,12 +218,42 @@ class _ScalarTensorsOnCpu(TorchFunctionMode):
             on_cpu = func(*args, **{**kwargs, "device": "cpu"})
             if on_cpu.dim() == 0:
                 return on_cpu
+        if func in self.PADS:
+            mode = kwargs.get("mode", args[2] if len(args) > 2 else "constant")
+            pad = kwargs.get("pad", args[1] if len(args) > 1 else None)
+            if mode == "circular" and pad is not None and isinstance(args[0], torch.Tensor):
+                return _circular_pad(args[0], [int(p) for p in pad])
         return func(*args, **kwargs)
+
+
+def _circular_pad(x: torch.Tensor, pad: list[int]) -> torch.Tensor:
+    """F.pad(x, pad, mode="circular"): pad[2k], pad[2k + 1] before and after the k-th dim from the
+    last. As PyTorch does, negative pads crop first; then out[i] = y[(i - before) mod m] along the
+    cropped y of size m. The source positions run in at most three contiguous ranges (a pad is at
+    most the dim's size), so each dim is a cat of slices."""
+    if len(pad) % 2 or len(pad) // 2 > x.dim():
+        raise ValueError(f"circular padding of a {x.dim()}-D tensor with {len(pad)} pad values")
+    for k in range(len(pad) // 2):
+        d = x.dim() - 1 - k
+        before, after = pad[2 * k], pad[2 * k + 1]
+        crop = max(-before, 0), max(-after, 0)
+        if crop != (0, 0):
+            x = x.narrow(d, crop[0], x.shape[d] - crop[0] - crop[1])
+        before, after, n = max(before, 0), max(after, 0), x.shape[d]
+        if max(before, after) > n:
+            raise ValueError(f"circular padding of {before}, {after} wraps around dim {d} of size {n} more than once")
+        left, start, pieces = n + before + after, (-before) % n if n else 0, []
+        while left > 0:
+            take = min(left, n - start)
+            pieces.append(x.narrow(d, start, take))
+            left, start = left - take, 0
+        x = torch.cat(pieces, d) if len(pieces) > 1 else pieces[0].clone()
+    return x
 
 
 def _export(model: torch.nn.Module, inputs: list, name: str) -> torch.export.ExportedProgram:
     try:
-        with warnings.catch_warnings(), _ScalarTensorsOnCpu():
+        with warnings.catch_warnings(), _CaptureRewrites():
             warnings.simplefilter("ignore")
             exported = torch.export.export(model, tuple(inputs))
             return exported.run_decompositions(decomposition_table())
