@@ -7,7 +7,7 @@ nearest upsampling, flip, pad, ceil-mode and dilated pools, label-smoothed cross
 one-value tensors made inside forward (`torch.min(x, torch.tensor(0.5))`), and a third group: masked
 attention and scaled_dot_product_attention, nn.Embedding, torch.gather, advanced indexing (x[i, j],
 a hand-written NLL's logp[torch.arange(n), t]), one_hot, adaptive pools whose
-output divides the input (and, since the thirtieth session, adaptive max pools to sizes that do not, and circular pads), sliding windows (Tensor.unfold), diagonals and trace, cummax / cummin, upsampling (every F.interpolate mode but the antialiased ones), residual blocks, an MLP, BCE-with-logits, NLL and margin-ranking losses. Each must generate, and
+output divides the input (and, since the thirtieth session, adaptive max pools to sizes that do not, circular pads, cov, corrcoef, Gaussian NLL, dist, gcd and lcm), sliding windows (Tensor.unfold), diagonals and trace, cummax / cummin, upsampling (every F.interpolate mode but the antialiased ones), residual blocks, an MLP, BCE-with-logits, NLL and margin-ranking losses. Each must generate, and
 its CUDA must match the Model under the fuzz harness's CPU emulation (AddressSanitizer on) at the
 default schedule and one random legal schedule."""
 from __future__ import annotations
@@ -270,6 +270,24 @@ UPSAMPLING.update({
                                       "[torch.randn(2, 3, 3, 4, 7)]"),
     "adaptive_maxpool_uneven_linear": T(["x = torch.flatten(F.adaptive_max_pool2d(torch.relu(x), (3, 3)), 1)",
                                          "return self.fc(x)"], "[torch.randn(2, 4, 10, 10)]", ["self.fc = nn.Linear(36, 5)"]),
+})
+
+
+# Functions whose Python checks read tensor values, which torch.export cannot trace (thirtieth session:
+# capture computes them without the checks): torch.cov, torch.corrcoef, F.gaussian_nll_loss; and
+# torch.dist (a norm of the difference), torch.gcd / torch.lcm on integers (refused before).
+UPSAMPLING.update({
+    "cov": T(["return torch.cov(x)"], "[torch.randn(6, 40)]"),
+    "cov_1d_population": T(["return torch.cov(x, correction=0)"], "[torch.randn(50)]"),
+    "corrcoef": T(["return torch.corrcoef(x)"], "[torch.randn(5, 30)]"),
+    "gaussian_nll": T(["return F.gaussian_nll_loss(x, y, v.abs())"],
+                      "[torch.randn(8, 10), torch.randn(8, 10), torch.randn(8)]", args="x, y, v"),
+    "gaussian_nll_full_sum": T(["return F.gaussian_nll_loss(x, y, v.abs() + 0.1, full=True, reduction='sum')"],
+                               "[torch.randn(8, 10), torch.randn(8, 10), torch.randn(8, 1)]", args="x, y, v"),
+    "dist_p3_and_inf": T(["return torch.dist(x, y, 3), torch.dist(x, y, float('inf'))"],
+                         "[torch.randn(16, 32), torch.randn(16, 32)]", args="x, y"),
+    "gcd_lcm": T(["return torch.gcd(a, b), torch.lcm(a, b)"],
+                 "[torch.randint(-60, 60, (16, 16)), torch.randint(-60, 60, (16, 16))]", args="a, b"),
 })
 
 

@@ -46,6 +46,7 @@ def decomposition_table() -> Any:
     table[aten._embedding_bag_forward_only.default] = _embedding_bag_as_index_add
     table[aten._embedding_bag.default] = _embedding_bag_as_index_add
     table[aten.searchsorted.Tensor] = _searchsorted_as_bucketize
+    table[aten.dist.default] = _dist_as_norm
     # Upsampling stays whole: partition.canonicalize makes it one move kernel with its index and
     # weight tables (torch's decompositions compute indices with aranges and write each gathered tap).
     # grid_sample and bucketize decompose: index arithmetic and gathers the families lower.
@@ -105,6 +106,11 @@ def _embedding_bag_as_index_add(weight: torch.Tensor, indices: torch.Tensor, off
     empty = torch.zeros(0, dtype=torch.int64, device=indices.device)
     zeros = torch.zeros(bags, dtype=torch.int64, device=indices.device)
     return out.to(weight.dtype), empty, zeros, zeros
+
+
+def _dist_as_norm(x: torch.Tensor, y: torch.Tensor, p: float = 2) -> torch.Tensor:
+    """torch.dist(x, y, p): the p-norm of x - y (a reduction)."""
+    return torch.linalg.vector_norm(x - y, ord=p)
 
 
 def _searchsorted_as_bucketize(sorted_sequence: torch.Tensor, values: torch.Tensor, *, out_int32: bool = False,
@@ -223,7 +229,56 @@ class _CaptureRewrites(TorchFunctionMode):
             pad = kwargs.get("pad", args[1] if len(args) > 1 else None)
             if mode == "circular" and pad is not None and isinstance(args[0], torch.Tensor):
                 return _circular_pad(args[0], [int(p) for p in pad])
+        if func in _CHECKED:
+            out = _CHECKED[func](*args, **kwargs)
+            if out is not NotImplemented:
+                return out
         return func(*args, **kwargs)
+
+
+def _cov(x: torch.Tensor, correction: int = 1, fweights: Any = None, aweights: Any = None) -> Any:
+    """torch.cov without weights: rows are variables, columns observations; (x - mean) (x - mean)^T
+    over max(n - correction, 0) (a zero divisor gives inf / nan, as PyTorch does after a warning)."""
+    if fweights is not None or aweights is not None or x.dim() > 2 or not x.is_floating_point():
+        return NotImplemented
+    rows = x.reshape(1, -1) if x.dim() < 2 else x
+    centred = rows - rows.mean(dim=1, keepdim=True)
+    out = torch.matmul(centred, centred.t()) / max(rows.shape[1] - correction, 0)
+    return out.reshape(()) if x.dim() < 2 else out
+
+
+def _corrcoef(x: torch.Tensor) -> Any:
+    """torch.corrcoef: the covariance over the outer product of the standard deviations, clipped to
+    [-1, 1] as PyTorch does for real inputs."""
+    c = _cov(x)
+    if c is NotImplemented:
+        return NotImplemented
+    if c.dim() == 0:
+        return c / c
+    std = torch.sqrt(torch.diagonal(c))
+    return torch.clamp(c / std.unsqueeze(1) / std.unsqueeze(0), -1.0, 1.0)
+
+
+def _gaussian_nll_loss(input: torch.Tensor, target: torch.Tensor, var: Any, full: bool = False,
+                       eps: float = 1e-6, reduction: str = "mean") -> Any:
+    """F.gaussian_nll_loss without its check that no variance is negative (a value read during
+    tracing): var broadcast as PyTorch allows, clamped to eps, 0.5 (log var + (input - target)^2 / var)."""
+    if not isinstance(var, torch.Tensor) or reduction not in ("none", "mean", "sum"):
+        return NotImplemented
+    if var.shape != input.shape:
+        if input.shape[:-1] == var.shape:
+            var = var.unsqueeze(-1)
+        elif not (input.shape[:-1] == var.shape[:-1] and var.shape[-1] == 1):
+            return NotImplemented
+    var = var.clamp(min=eps)
+    loss = 0.5 * (torch.log(var) + (input - target) ** 2 / var)
+    if full:
+        loss = loss + 0.5 * math.log(2 * math.pi)
+    return loss.mean() if reduction == "mean" else loss.sum() if reduction == "sum" else loss
+
+
+_CHECKED: dict[Any, Any] = {torch.cov: _cov, torch.corrcoef: _corrcoef,
+                            torch.nn.functional.gaussian_nll_loss: _gaussian_nll_loss}
 
 
 def _circular_pad(x: torch.Tensor, pad: list[int]) -> torch.Tensor:

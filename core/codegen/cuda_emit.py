@@ -119,6 +119,18 @@ template <typename T> CA_HD T ca_div_floor(T a, T b) {
     const T q = a / b;
     return (a % b != 0 && ((a < 0) != (b < 0))) ? (T)(q - 1) : q;
 }
+// torch.gcd / torch.lcm on integers, as ATen's calc_gcd / calc_lcm (non-negative; gcd(0, 0) = 0).
+template <typename T> CA_HD T ca_gcd(T a, T b) {
+    a = a < 0 ? -a : a; b = b < 0 ? -b : b;
+    while (a != 0) { const T c = a; a = b % a; b = c; }
+    return b;
+}
+template <typename T> CA_HD T ca_lcm(T a, T b) {
+    const T g = ca_gcd(a, b);
+    if (g == 0) return (T)0;
+    const T l = a / g * b;
+    return l < 0 ? -l : l;
+}
 template <typename T> CA_HD T nan_max(T a, T b) { return a > b ? a : b; }
 template <typename T> CA_HD T nan_min(T a, T b) { return a < b ? a : b; }
 // Fast approximations, used only for values that are rounded to fp16/bf16 (8 or 11 significant bits)

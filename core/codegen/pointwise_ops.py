@@ -244,6 +244,13 @@ class LoweringError(Exception):
     """An op (or an op with these arguments) that the pointwise family cannot emit."""
 
 
+def _integers_only(name: str, ct: str) -> str:
+    """'' for an integer compute type (the caller goes on to emit), else a LoweringError."""
+    if _is_float(ct):
+        raise LoweringError(f"{name} on floats")
+    return ""
+
+
 OPS: dict[str, Callable[[Node, list[str], str], str]] = {
     "add": _add_sub("+"), "sub": _add_sub("-"), "rsub": _add_sub("-", reverse=True),
     "mul": lambda n, a, ct: f"({a[0]} * {a[1]})",
@@ -260,6 +267,8 @@ OPS: dict[str, Callable[[Node, list[str], str], str]] = {
     "acosh": _unary_math("acosh"), "atanh": _unary_math("atanh"),
     "atan2": _float_math2("atan2"), "hypot": _float_math2("hypot"), "copysign": _float_math2("copysign"),
     "fmod": _fmod, "remainder": _remainder,
+    "gcd": lambda n, a, ct: _integers_only("gcd", ct) or f"ca_gcd({a[0]}, {a[1]})",
+    "lcm": lambda n, a, ct: _integers_only("lcm", ct) or f"ca_lcm({a[0]}, {a[1]})",
     "erfinv": _unary_math("erfinv"), "lgamma": _unary_math("lgamma"), "special_erfcx": _unary_math("erfcx"),
     "i0": _unary_math("cyl_bessel_i0"),
     "floor": _unary_math("floor"), "ceil": _unary_math("ceil"), "trunc": _unary_math("trunc"),
@@ -329,7 +338,7 @@ SUPPORTED_OVERLOADS = {
     "maximum": {"default"}, "minimum": {"default"}, "fmax": {"default"}, "fmin": {"default"},
     "bitwise_and": {"Tensor", "Scalar"}, "bitwise_or": {"Tensor", "Scalar"}, "bitwise_xor": {"Tensor", "Scalar"},
     "atan2": {"default"}, "hypot": {"default"}, "copysign": {"Tensor", "Scalar"},
-    "fmod": {"Tensor", "Scalar"}, "remainder": {"Tensor", "Scalar"},
+    "fmod": {"Tensor", "Scalar"}, "remainder": {"Tensor", "Scalar"}, "gcd": {"default"}, "lcm": {"default"},
     "eq": {"Tensor", "Scalar"}, "ne": {"Tensor", "Scalar"}, "lt": {"Tensor", "Scalar"},
     "le": {"Tensor", "Scalar"}, "gt": {"Tensor", "Scalar"}, "ge": {"Tensor", "Scalar"},
 }
