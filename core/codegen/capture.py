@@ -81,7 +81,7 @@ def _embedding_bag_as_index_add(weight: torch.Tensor, indices: torch.Tensor, off
                                 padding_idx: int = -1) -> Any:
     """nn.EmbeddingBag / F.embedding_bag with mode "sum" or "mean": the rows an index names
     (index_select), then an index_add of each into its bag (the scatter family), the bag of index k
-    being the number of offsets <= k, less one (bucketize). Sums accumulate in float32 for fp16 /
+    being the number of offsets <= k, less one (an index_add of ones at the offsets, then a cumsum). Sums accumulate in float32 for fp16 /
     bf16 weights and round once, as ATen does; an empty bag is zeros; indices equal to padding_idx
     take no part (nor count for the mean). The other three results are what ATen's CPU kernel gives
     (EmbeddingBag's forward returns only the first). mode "max" keeps the op (refused by name)."""
@@ -89,8 +89,11 @@ def _embedding_bag_as_index_add(weight: torch.Tensor, indices: torch.Tensor, off
         return NotImplemented
     n, bags = indices.shape[0], offsets.shape[0] - (1 if include_last_offset else 0)
     acc = torch.float32 if weight.dtype in (torch.float16, torch.bfloat16) else weight.dtype
-    positions = torch.arange(n, dtype=torch.int64, device=indices.device)
-    bag = torch.ops.aten.bucketize.Tensor(positions, offsets, right=True) - 1
+    # Each offset marks the first index of its bag: a count of the offsets at each position (the
+    # last offset may be n), summed along the positions, is the bag of each index plus one.
+    starts = torch.zeros(n + 1, dtype=torch.int64, device=indices.device).index_add(
+        0, offsets, torch.ones(offsets.shape[0], dtype=torch.int64, device=indices.device))
+    bag = torch.cumsum(starts[:n], 0) - 1
     rows = torch.ops.aten.index_select.default(weight, 0, indices).to(acc)
     if per_sample_weights is not None:
         rows = rows * per_sample_weights.to(acc).unsqueeze(1)

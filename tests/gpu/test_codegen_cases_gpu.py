@@ -164,7 +164,17 @@ def get_init_inputs():
 """,
 }
 
-SOURCES = {**SCATTER_GPU, **SYNTHETIC, **ONE_ROW, **RUNNING, **UPSAMPLE_GPU, **SELECT_GPU, **{f"move_{k}": v for k, v in MOVES.items()}, **{f"new_{k}": MORE[k] for k in NEW_OPS}}
+# Thirtieth session, after its GPU calls (CPU-checked only so far).
+CAPTURED_GPU = {
+    "captured_adaptive_maxpool_uneven": _args("return F.adaptive_max_pool2d(x, (7, 5), return_indices=True)", "x",
+                                              "torch.randn(16, 64, 30, 29)"),
+    "captured_pad_circular": _args("return F.pad(x, (3, 3, 3, 3), mode='circular')", "x", "torch.randn(16, 64, 64, 64)"),
+    "captured_cov": _args("return torch.cov(x)", "x", "torch.randn(256, 4096)"),
+    "captured_gaussian_nll": _args("return F.gaussian_nll_loss(x, y, v.abs() + 0.1)", "x, y, v",
+                                   "torch.randn(4096, 256), torch.randn(4096, 256), torch.randn(4096, 1)"),
+}
+
+SOURCES = {**CAPTURED_GPU, **SCATTER_GPU, **SYNTHETIC, **ONE_ROW, **RUNNING, **UPSAMPLE_GPU, **SELECT_GPU, **{f"move_{k}": v for k, v in MOVES.items()}, **{f"new_{k}": MORE[k] for k in NEW_OPS}}
 
 
 @pytest.mark.parametrize("name", sorted(SOURCES))
