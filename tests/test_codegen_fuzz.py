@@ -592,6 +592,8 @@ def gen_move(rng: random.Random, name: str) -> FuzzCase:
                 modes += [{3: "linear", 4: "bilinear", 5: "trilinear"}[r]] * 2 + (["bicubic"] if r == 4 else [])
             mode = rng.choice(modes)
             corners = f", align_corners={rng.random() < 0.5}" if mode not in ("nearest", "nearest-exact") else ""
+            if mode in ("bilinear", "bicubic") and dtype == F32 and rng.random() < 0.5:
+                corners += ", antialias=True"   # the CPU reference has no fp16 / bf16 antialiasing
             if rng.random() < 0.5:
                 f = rng.choice([2, 3, 1.5] + ([0.5] if min(cur[2:]) >= 2 else []))
                 body.append(f"{nv} = F.interpolate({v}, scale_factor={f}, mode='{mode}'{corners})")

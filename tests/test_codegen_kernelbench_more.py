@@ -7,7 +7,7 @@ nearest upsampling, flip, pad, ceil-mode and dilated pools, label-smoothed cross
 one-value tensors made inside forward (`torch.min(x, torch.tensor(0.5))`), and a third group: masked
 attention and scaled_dot_product_attention, nn.Embedding, torch.gather, advanced indexing (x[i, j],
 a hand-written NLL's logp[torch.arange(n), t]), one_hot, adaptive pools whose
-output divides the input (and, since the thirtieth session, adaptive max pools to sizes that do not, circular pads, cov, corrcoef, Gaussian NLL, dist, gcd and lcm), sliding windows (Tensor.unfold), diagonals and trace, cummax / cummin, upsampling (every F.interpolate mode but the antialiased ones), residual blocks, an MLP, BCE-with-logits, NLL and margin-ranking losses. Each must generate, and
+output divides the input (and, since the thirtieth session, adaptive max pools to sizes that do not, circular pads, cov, corrcoef, Gaussian NLL, dist, gcd and lcm), sliding windows (Tensor.unfold), diagonals and trace, cummax / cummin, upsampling (every F.interpolate mode, the antialiased ones since the thirtieth session), residual blocks, an MLP, BCE-with-logits, NLL and margin-ranking losses. Each must generate, and
 its CUDA must match the Model under the fuzz harness's CPU emulation (AddressSanitizer on) at the
 default schedule and one random legal schedule."""
 from __future__ import annotations
@@ -245,6 +245,21 @@ UPSAMPLING.update({
 })
 
 
+# Antialiased interpolation (thirtieth session: the move family's interp step with the normalised taps
+# of ATen's antialiasing filters; refused before): bilinear and bicubic, down and up, by sizes and by
+# factors, aligned corners, fp16.
+UPSAMPLING.update({
+    "antialias_bilinear_down": T(["return F.interpolate(x, size=(4, 5), mode='bilinear', antialias=True)"],
+                                 "[torch.randn(2, 3, 10, 13)]"),
+    "antialias_bicubic_down_factor": T(["return F.interpolate(x, scale_factor=0.4, mode='bicubic', antialias=True)"],
+                                       "[torch.randn(2, 3, 12, 15)]"),
+    "antialias_bilinear_up_aligned": T(["return F.interpolate(x, size=(9, 7), mode='bilinear', align_corners=True, antialias=True)"],
+                                       "[torch.randn(2, 3, 5, 6)]"),
+    "antialias_bicubic_mixed_fp64": T(["return F.interpolate(x.double(), size=(3, 11), mode='bicubic', antialias=True)"],
+                                      "[torch.randn(2, 3, 8, 7)]"),
+})
+
+
 # Circular pads (thirtieth session: capture makes them a cat of slices, one move kernel; PyTorch's own
 # form, slice_scatter into an empty tensor, was refused before), also cropping and in a convolution.
 UPSAMPLING.update({
@@ -340,11 +355,14 @@ def test_interpolation_is_one_kernel_that_reads_the_input_once_per_tap(mode):
     assert gen.program.source.count("= in0[") == taps
 
 
-def test_antialiased_interpolation_is_refused_with_the_op_named():
+def test_antialiased_interpolation_is_one_kernel_of_normalised_taps():
+    """Downsampling 10 x 10 to 4 x 5 (by 2.5 and 2): the bilinear filter's support is 2.5 and 2 inputs
+    either side of the centre, so windows of 5 and 4 inputs: 5 x 4 taps per output."""
     task = load_task_from_source(T(["return F.interpolate(x, size=(4, 5), mode='bilinear', antialias=True)"],
-                                   "[torch.randn(2, 3, 8, 10)]"), "up_aa")
-    with pytest.raises(CodegenError, match="_upsample_bilinear2d_aa"):
-        generate(task)
+                                   "[torch.randn(2, 3, 10, 10)]"), "up_aa")
+    gen = generate(task)
+    assert [launch.args for launch in gen.program.launches] == [["x", "out"]]
+    assert gen.program.source.count("= in0[") == 5 * 4
 
 
 # Blocks of KernelBench level-3 style networks (MobileNet, VGG, a ViT block, minGPT's causal

@@ -86,9 +86,10 @@ def _available() -> str:
     have = [name for name in ("reduce", "scan", "pool", "matmul", "select", "scatter") if family_module(name) is not None]
     parts = ["elementwise ops (arithmetic, comparisons, where, clamp, the common activations)",
              "softmax / log-softmax and sum / mean / amax / amin over the last dim",
-             "data movement (cat, slicing, split / chunk / unbind, constant padding, permute / transpose, "
-             "flip, index_select, gather, integer indexing, unfold, diagonal) as copies",
-             "upsampling (nearest, nearest-exact, linear, bilinear, trilinear, bicubic; not antialiased)"]
+             "data movement (cat, slicing, split / chunk / unbind, constant, reflect, replicate and circular padding, "
+             "permute / transpose, flip, index_select, gather, integer indexing, unfold, diagonal) as copies",
+             "upsampling (nearest, nearest-exact, linear, bilinear, trilinear, bicubic; antialiased bilinear and "
+             "bicubic)"]
     text = {"reduce": "reductions over any dims (sum, mean, prod, max/min, argmax/argmin, var/std, "
                       "norms) with elementwise ops around them; a gather of one element per row along one dim "
                       "(cross-entropy, NLL, also over [N, C, d...])",
