@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.codegen import CodegenError, generate
+from core.codegen import generate
 from core.tasks import load_task_from_source
 from tests.test_codegen_fuzz import GXX
 from tests.test_codegen_kernelbench_style import _task as T
