@@ -825,7 +825,8 @@ def gen_scatter(rng: random.Random, name: str) -> FuzzCase:
             reduce = "amin" if reduce == "sum" else reduce
             body = [f"r = y.index_reduce({dim}, i, {src}, {reduce!r}, include_self={rng.random() < 0.5})"]
         elif kind == "index_put":
-            body = [f"r = torch.ops.aten.index_put.default(y, {[None] * dim + ['I']}, {src}, True)".replace("'I'", "i")]
+            indices = ", ".join(["None"] * dim + ["i"])
+            body = [f"r = torch.ops.aten.index_put.default(y, [{indices}], {src}, True)"]
         else:
             body = ["r = y.clone()", f"r[{lead}] {'=' if kind == 'index_assign' else '+='} {src}"]
     else:

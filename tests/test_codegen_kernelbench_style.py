@@ -8,7 +8,9 @@ groups). Each must generate, and its CUDA must match the Model under the fuzz ha
 (AddressSanitizer on) at the default schedule and one random legal schedule."""
 from __future__ import annotations
 
+import random
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -120,6 +122,29 @@ def emulate_cases(cases: dict[str, str], seed: int, monkeypatch) -> list:
     failed = [o for o in outcomes if o.failures or o.skipped]
     assert not failed, report(outcomes)[:20000] + str([(o.case.name, o.skipped) for o in outcomes if o.skipped])
     return outcomes
+
+
+def compile_cases(cases: dict[str, str], cache_dir: Path) -> None:
+    """Generate each source and compile it with NVRTC for sm_80 and sm_90 at the default and one
+    sampled schedule; fails with the compiler's message on the first error."""
+    from core.codegen import generate
+    from core.tasks import load_task_from_source
+    from core.toolchain import CompileCache, compile_cuda
+
+    cache = CompileCache(cache_dir)
+    jobs = []
+    for name in sorted(cases):
+        gen = generate(load_task_from_source(cases[name], name))
+        for schedule in [gen.spec.default()] + gen.spec.sample(random.Random(name), 1):
+            jobs += [(name, gen.program.with_schedule(schedule), arch) for arch in ("sm_80", "sm_90")]
+
+    def build(job):
+        name, program, arch = job
+        return name, arch, compile_cuda(program.source, arch=arch, options=program.compile_options(), cache=cache)
+
+    with ThreadPoolExecutor(2) as pool:
+        for name, arch, result in pool.map(build, jobs):
+            assert result.ok, f"{name} {arch}:\n{result.error_summary()}"
 
 
 @pytest.mark.skipif(GXX is None, reason="no host C++ compiler")

@@ -9,9 +9,6 @@ are exercised) at the default and a random legal schedule. The sources compile w
 and sm_90. The GPU runs them against PyTorch's CUDA kernels in tests/gpu/test_codegen_cases_gpu.py."""
 from __future__ import annotations
 
-import random
-from concurrent.futures import ThreadPoolExecutor
-
 import pytest
 import torch
 
@@ -20,10 +17,10 @@ from core.codegen.capture import capture_module
 from core.codegen.interpret import interpret
 from core.codegen.partition import canonicalize
 from core.tasks import load_task_from_source
-from core.toolchain import CompileCache, compile_cuda, nvrtc_info
+from core.toolchain import nvrtc_info
 from tests.test_codegen_fuzz import GXX
 from tests.test_codegen_kernelbench_style import _task as T
-from tests.test_codegen_kernelbench_style import emulate_cases
+from tests.test_codegen_kernelbench_style import compile_cases, emulate_cases
 
 # Indices a store (no reduction) reads are unique where they meet (PyTorch leaves the winner open).
 PERM_ROWS = "torch.argsort(torch.rand(8, 50), dim=1)[:, :20]"
@@ -131,20 +128,7 @@ def test_scatters_generate_and_match_the_model(monkeypatch):
 
 @pytest.mark.skipif(not nvrtc_info()[0], reason="NVRTC is not available")
 def test_scatters_compile_for_sm80_and_sm90(tmp_path_factory):
-    cache = CompileCache(tmp_path_factory.getbasetemp() / "scatter-cache")
-    jobs = []
-    for name in sorted(CASES):
-        gen = generate(load_task_from_source(CASES[name], name))
-        for schedule in [gen.spec.default()] + gen.spec.sample(random.Random(name), 1):
-            jobs += [(name, gen.program.with_schedule(schedule), arch) for arch in ("sm_80", "sm_90")]
-
-    def build(job):
-        name, program, arch = job
-        return name, arch, compile_cuda(program.source, arch=arch, options=program.compile_options(), cache=cache)
-
-    with ThreadPoolExecutor(2) as pool:
-        for name, arch, result in pool.map(build, jobs):
-            assert result.ok, f"{name} {arch}:\n{result.error_summary()}"
+    compile_cases(CASES, tmp_path_factory.getbasetemp() / "scatter-cache")
 
 
 class _IndexAdd(torch.nn.Module):

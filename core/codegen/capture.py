@@ -122,7 +122,9 @@ def _histc_as_index_put(x: torch.Tensor, bins: int = 100, min: float = 0, max: f
         return NotImplemented
     flat = x.reshape(-1).to(torch.float64)
     if min == max:
-        low, high = flat.amin() if flat.numel() else flat.new_zeros(()), flat.amax() if flat.numel() else flat.new_zeros(())
+        if flat.numel() == 0:
+            return torch.zeros(bins, dtype=x.dtype, device=x.device)
+        low, high = flat.amin(), flat.amax()
         same = low == high
         low, high = torch.where(same, low - 1, low), torch.where(same, high + 1, high)
     else:

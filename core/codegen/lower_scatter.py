@@ -21,10 +21,12 @@ The kernels, each a grid-stride loop over its elements:
   `_finish`  out = acc in the output dtype; mean divides by the count (+1 with self; integers round
              down, as PyTorch does); without self, elements nothing was scattered to keep self's value.
 acc is in the accumulation type (float for fp16 / bf16 / fp32, double, long long for integers), so
-fp16 / bf16 round once, as ATen's index_put does. A store ("none": scatter, index_put without
-accumulate) is two kernels: out = self, then out[dest] = src. Where several elements write one place,
-PyTorch leaves which wins open; so does this. Indices out of range are skipped (PyTorch raises).
-Sums by atomics add in an order that changes from run to run, as ATen's scatter_add does on CUDA.
+fp16 / bf16 round once, as ATen's index_put does. Where acc would hold the output as it is (fp32,
+fp64 or int64, no mean, with self), the output is the accumulator and there is no `_finish`. A store
+("none": scatter, index_put without accumulate) is two kernels: out = self, then out[dest] = src.
+Where several elements write one place, PyTorch leaves which wins open; so does this. Indices out of
+range are skipped (PyTorch raises). Sums by atomics add in an order that changes from run to run, as
+ATen's scatter_add does on CUDA.
 
 Knobs: BLOCK threads; ITEMS elements per thread of the scatter (the grid is cdiv(E, BLOCK * ITEMS)).
 """
@@ -191,6 +193,8 @@ def lower_scatter(graph: Graph, kernel: str) -> Lowering:
     self_ = operands[0]
     reduce, include_self = a["reduce"], a["include_self"]
     counts = reduce == "mean" or (reduce != "none" and not include_self)
+    # The output itself accumulates where _finish would only copy it.
+    finish = reduce != "none" and (counts or ACC_CTYPE[node.dtype] != STORAGE_CTYPE[node.dtype])
     out, n_out, n_iter = node.name, math.prod(node.shape), math.prod(a["rshape"])
     taken = set(inputs) | {out, "BLOCK", "ITEMS"}
 
@@ -200,7 +204,7 @@ def lower_scatter(graph: Graph, kernel: str) -> Lowering:
         taken.add(name)
         return name
 
-    acc = scratch(f"{kernel}_acc") if reduce != "none" else out
+    acc = scratch(f"{kernel}_acc") if finish else out
     count = scratch(f"{kernel}_count") if counts else None
     names = [o.name for o in operands]
     spec = ScheduleSpec(list(KNOBS), [], {"BLOCK": 256, "ITEMS": 1})
@@ -208,7 +212,7 @@ def lower_scatter(graph: Graph, kernel: str) -> Lowering:
     grid_out = [f"max(min(cdiv({n_out}, BLOCK), 65535), 1)"]
     grid_iter = [f"max(min(cdiv({n_iter}, BLOCK * ITEMS), 65535), 1)"]
     buffers = [{"name": out, "shape": list(node.shape), "dtype": node.dtype}]
-    if reduce != "none":
+    if finish:
         acc_dtype = {"float": "float32", "double": "float64", "long long": "int64"}[ACC_CTYPE[node.dtype]]
         buffers.append({"name": acc, "shape": [n_out], "dtype": acc_dtype})
     if count:
@@ -220,12 +224,12 @@ def lower_scatter(graph: Graph, kernel: str) -> Lowering:
         {"kernel": f"{kernel}_scatter", "grid": grid_iter, "block": ["BLOCK"], "shared_bytes": 0,
          "args": names[1:] + state},
     ]
-    if reduce != "none":
+    if finish:
         launches.append({"kernel": f"{kernel}_finish", "grid": grid_out, "block": ["BLOCK"], "shared_bytes": 0,
                          "args": [names[0]] + state + [out]})
     program = {
         "format": "cuda-agent/program@1", "name": kernel,
-        "source": PRELUDE + _emit(kernel, node, operands, counts),
+        "source": PRELUDE + _emit(kernel, node, operands, counts, finish),
         "tunables": spec.tunables(), "schedule": spec.default(),
         "buffers": buffers, "launches": launches, "outputs": [out],
     }
@@ -246,7 +250,7 @@ def _ravel(coords: list[str], shape: list[int]) -> str:
     return " + ".join(reversed(terms)) or "0LL"
 
 
-def _emit(kernel: str, node: Node, operands: list[Any], counts: bool) -> str:
+def _emit(kernel: str, node: Node, operands: list[Any], counts: bool, finish: bool) -> str:
     a = node.attrs
     dtype, reduce, include_self = node.dtype, a["reduce"], a["include_self"]
     st, at = STORAGE_CTYPE[dtype], ACC_CTYPE[dtype]
@@ -343,7 +347,7 @@ def _emit(kernel: str, node: Node, operands: list[Any], counts: bool) -> str:
     else:
         result = f"const {at} r = acc[i];"
     keep = "" if include_self or reduce == "none" else "\n        if (count[i] == 0) { out[i] = self[i]; continue; }"
-    finish = f"""
+    finish_kernel = f"""
 extern "C" __global__ void __launch_bounds__(BLOCK)
 {kernel}_finish({", ".join([f"const {st}* __restrict__ self"] + state + [f"{st}* __restrict__ out"])})
 {{
@@ -352,7 +356,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK)
         out[i] = {store_expr(dtype, f"({COMPUTE_CTYPE[dtype]})r")};
     }}
 }}
-""" if reduce != "none" else ""
+""" if finish else ""
     body_text = "\n".join(body)
     return f"""
 // ==== scatter: {a['mode']} ({reduce}), {n_iter} elements into {dtype}{shape} ====
@@ -390,5 +394,5 @@ extern "C" __global__ void __launch_bounds__(BLOCK)
       }}
     }}
 }}
-{finish}"""
+{finish_kernel}"""
 

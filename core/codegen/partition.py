@@ -394,23 +394,8 @@ def canonicalize(graph: Graph, rows: bool = False) -> Graph:
             n = piece                    # a split / chunk / unbind piece: a slice or a select
         elif n.op == "index.Tensor" and (picked := _index_as_select(n, graph)) is not None:
             n = picked                   # x[:, i] with one 1-D index: index_select (replicate / reflect pads)
-        if n.op in UPSAMPLES and (up := _upsample_as_move(n, graph)) is not None:
-            b.nodes.append(up)
-            continue
-        if n.base in INTERPOLATIONS and (up := _interp_as_move(n, graph)) is not None:
-            b.nodes.append(up)
-            continue
-        if n.base in ANTIALIASED and (up := _antialiased_as_move(n, graph)) is not None:
-            b.nodes.append(up)
-            continue
-        if n.base in ADAPTIVE_AVG_POOLS and (up := _adaptive_avg_as_move(n, graph)) is not None:
-            b.nodes.append(up)
-            continue
-        if n.op == "getitem" and (leaky := _rrelu_eval_as_leaky(n, graph)) is not None:
-            b.nodes.append(leaky)
-            continue
-        if n.op in SCATTER_SOURCES and (scattered := to_scatter(n, b.view.value)) is not None:
-            b.nodes.append(scattered)
+        if (whole := _as_one_node(n, graph, b.view)) is not None:
+            b.nodes.append(whole)
             continue
         if n.op in ARANGES and (iota := arange_to_move(n)) is not None:
             b.nodes.append(iota)
@@ -691,6 +676,25 @@ INTERPOLATIONS = {"upsample_linear1d", "upsample_bilinear2d", "upsample_trilinea
 ANTIALIASED = {"_upsample_bilinear2d_aa", "_upsample_bicubic2d_aa"}
 # Adaptive average pools whose output does not divide the input (Capture makes the others plain pools).
 ADAPTIVE_AVG_POOLS = {"_adaptive_avg_pool2d", "_adaptive_avg_pool3d"}
+
+
+def _as_one_node(n: Node, graph: Graph, view: Graph) -> Node | None:
+    """The one node of a family's own form that `n` becomes whole (upsampling, interpolation and
+    adaptive average pools as a move, rrelu in eval mode as leaky_relu, an index_put / scatter as a
+    SCATTER node), or None."""
+    if n.op in UPSAMPLES:
+        return _upsample_as_move(n, graph)
+    if n.base in INTERPOLATIONS:
+        return _interp_as_move(n, graph)
+    if n.base in ANTIALIASED:
+        return _antialiased_as_move(n, graph)
+    if n.base in ADAPTIVE_AVG_POOLS:
+        return _adaptive_avg_as_move(n, graph)
+    if n.op == "getitem":
+        return _rrelu_eval_as_leaky(n, graph)
+    if n.op in SCATTER_SOURCES:
+        return to_scatter(n, view.value)
+    return None
 
 
 def _index_as_select(n: Node, graph: Graph) -> Node | None:
