@@ -51,6 +51,7 @@ class Launcher:
         import cupy
         import numpy as np
 
+        from core.evaluation.runner import opt_in_shared
         from core.program import LaunchLimits, ScalarArg, TensorArg
         from core.toolchain import compile_cuda
 
@@ -68,8 +69,7 @@ class Launcher:
         self.launches = []
         for launch in plan.launches:
             f = self.module.get_function(launch.kernel)
-            if launch.shared_bytes > 48 * 1024:       # dynamic shared memory past 48 KB: opt in, as the runner does
-                cupy.cuda.driver.funcSetAttribute(f.ptr, 8, launch.shared_bytes)
+            opt_in_shared(f, launch.shared_bytes)      # as the runner does
             args = tuple(np.uint64(every[a.name].data_ptr()) if isinstance(a, TensorArg) else np_types[a.ctype](a.value)
                          for a in launch.args if isinstance(a, (TensorArg, ScalarArg)))
             self.launches.append((f, launch.grid, launch.block, args, launch.shared_bytes))

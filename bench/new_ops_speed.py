@@ -54,6 +54,8 @@ CASES = {
     "kthvalue_rows_64": _task("torch.kthvalue(x, 10, dim=-1)", "torch.randn(65536, 64)"),
     "sort_rows_65536": _task("torch.sort(x, dim=-1)", "torch.randn(64, 65536)"),
     "median_whole_4m": _task("torch.median(x)", "torch.randn(2048, 2048)"),
+    "kthvalue_rows_100k": _task("torch.kthvalue(x, 500, dim=-1)", "torch.randn(64, 100000)"),
+    "topk5_rows_200k": _task("torch.topk(x, 5, dim=-1)", "torch.randn(32, 200000)"),
     "topk10_row_1m": _task("torch.topk(x, 10, dim=-1)", "torch.randn(4, 1 << 20)"),
     "scatter_one_hot": _task("torch.zeros_like(x).scatter(1, torch.argmax(x, 1, keepdim=True), 1.0)",
                              "torch.randn(8192, 1000)"),

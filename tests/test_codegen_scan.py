@@ -433,6 +433,7 @@ SPLIT_STANDINS = r"""
 static inline void __threadfence() {}
 // Atomics: the threads of a block run concurrently (the scatter family's updates, arrival counts).
 static inline int atomicAdd(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+static inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 static inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
     return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
 }
@@ -447,6 +448,7 @@ template <class T> static inline T atomicCAS(T* p, T expected, T desired) {
     __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
     return expected;                                   // the old value, whether or not it swapped
 }
+template <class T> static inline T atomicExch(T* p, T v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }
 template <class T> T __ldcg(const T* p) { return *p; }
 """
 

@@ -66,8 +66,19 @@ CASES = {
                                               f"[torch.randint(-20, 20, ({MAX_ROW + 77}, 2))]"),
     "topk_long_row_past_nan": T(["return torch.topk(torch.sqrt(x), 20, dim=-1, largest=False)"],
                                 f"[torch.randn(1, {2 * MAX_ROW + 5})]"),
+    # topk of a few on long rows: each chunk's first k from per-thread candidates, then the merges.
+    "topk_long_local_rows": T(["return torch.topk(x, 5, dim=-1)"], f"[torch.randn(2, {2 * MAX_ROW + 5})]"),
+    "topk_long_local_strided_smallest": T(["v, i = torch.topk(torch.sqrt(x), 16, dim=0, largest=False)", "return v, i"],
+                                          f"[torch.randn({MAX_ROW + 300}, 3)]"),
+    "topk_long_local_int_ties": T(["return torch.topk(x, 1, dim=-1).values"], f"[torch.randint(-50, 50, (3, {MAX_ROW + 9}))]"),
     "median_whole_large_tensor": T(["return torch.median(x)"], "[torch.randn(33, 1001)]"),
     "nanmedian_long_rows_fp16": T(["return torch.nanmedian(torch.log(x.half()), dim=1).values"], f"[torch.randn(2, {MAX_ROW + 1})]"),
+    # kthvalue / median / nanmedian of long rows: a radix select (counting passes, then the position).
+    "kthvalue_long_strided_indices": T(["return torch.kthvalue(x, 7000, dim=0)"], f"[torch.randn({MAX_ROW + 50}, 3)]"),
+    "median_long_rows_nan": T(["return torch.median(torch.sqrt(x), dim=1).values"],
+                              f"[torch.cat([torch.randn(1, {MAX_ROW + 40}).abs(), torch.randn(2, {MAX_ROW + 40})])]"),
+    "median_double_long": T(["return torch.median(x.double(), dim=-1)"], f"[torch.randn(2, {MAX_ROW + 5})]"),
+    "nanmedian_whole_bf16": T(["return torch.nanmedian(torch.log(x.bfloat16()))"], "[torch.randn(200, 100)]"),
     "kthvalue_long_int64": T(["return torch.kthvalue(x, 17000, dim=1).values"], f"[torch.randint(-9, 9, (2, {MAX_ROW + 900}))]"),
     "linear_topk_softmax": T(["v, i = torch.topk(self.m(x), 4, dim=-1)", "return torch.softmax(v, -1), i"],
                              "[torch.randn(32, 64)]", ["self.m = nn.Linear(i, o)"], ", i, o", "[64, 48]"),
@@ -101,8 +112,26 @@ def test_the_schedule_space_keeps_shared_memory_and_threads_in_use():
     assert topk.spec.default() == {"BLOCK": 256, "ROWS": 1, "LOCAL": 1}
     assert topk.spec.legal({"BLOCK": 256, "ROWS": 1, "LOCAL": 0})
     assert not topk.spec.legal({"BLOCK": 256, "ROWS": 2, "LOCAL": 1})
+    # Rows of 4096, k = 16: 128 threads of 16 candidates, each walking 2 of them.
+    mid = generate(load_task_from_source(T(["return torch.topk(x, 16, dim=-1)"], "[torch.randn(8, 4096)]"), "t"))
+    assert mid.spec.default() == {"BLOCK": 128, "ROWS": 1, "LOCAL": 1}
     few = generate(load_task_from_source(T(["return torch.topk(x, 5, dim=-1)"], "[torch.randn(8, 1000)]"), "t"))
     assert few.spec.default()["LOCAL"] == 0 and not few.spec.legal({"BLOCK": 256, "ROWS": 1, "LOCAL": 1})
+
+
+def test_long_rows_select_one_pair_by_radix_passes_over_the_key_bytes():
+    from core.program import TensorInfo
+
+    med = generate(load_task_from_source(T(["return torch.median(x, dim=-1)"], "[torch.randn(3, 100000)]"), "m"))
+    assert med.spec.default() == {"BLOCK": 256, "SEG": 16384}
+    # 32-bit keys: 4 passes of 8 bits, then the one that finds the position
+    assert [launch.kernel for launch in med.program.launches] == ["m_select_count"] * 4 + ["m_select_find"]
+    plan = med.program.with_schedule({"BLOCK": 128, "SEG": 4096}).resolve({"x": TensorInfo((3, 100000), "float32")})
+    assert {launch.grid[0] for launch in plan.launches} == {3 * 25}
+    work = next(b for b in plan.buffers if b.name == "m_select_work")
+    assert work.zeroed and work.shape == (3, 258)       # left zeroed: bins and counters set back by the last block
+    big = generate(load_task_from_source(T(["return torch.kthvalue(x, 9, dim=0).values"], "[torch.randint(0, 9, (40000, 2))]"), "k"))
+    assert [launch.kernel for launch in big.program.launches].count("k_select_count") == 8     # int64 keys
 
 
 def test_long_rows_sort_in_chunks_then_merge_passes_the_chunk_size_needs():
@@ -119,6 +148,12 @@ def test_long_rows_sort_in_chunks_then_merge_passes_the_chunk_size_needs():
     assert [launch.grid[0] for launch in plan.launches[1:7]] == [3 * 98] * 3 + [1] * 3
     assert plan.launches[1].shared_bytes == 1024 * 8 and plan.launches[0].shared_bytes == 16384 * 8
     assert {b.name: b.shape for b in plan.buffers}["s_select_keys"] == (2, 3, 100000)
+    # topk of a few: a chunk's first k from BLOCK * 8 candidates in shared memory, not the chunk sorted
+    top = generate(load_task_from_source(T(["return torch.topk(x, 5, dim=-1)"], "[torch.randn(3, 100000)]"), "t"))
+    assert top.spec.default() == {"BLOCK": 128, "CHUNK": 16384}
+    assert not top.spec.legal({"BLOCK": 1024, "CHUNK": 8192})             # 8192 candidates: the whole chunk
+    plan = top.program.resolve({"x": TensorInfo((3, 100000), "float32")})
+    assert plan.launches[0].grid[0] == 3 * 7 and plan.launches[0].shared_bytes == 128 * 8 * 8
 
 
 @pytest.mark.parametrize("body, op", [

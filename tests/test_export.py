@@ -415,7 +415,7 @@ def test_scalar_inputs_shared_memory_opt_in_zero_d_buffer_and_two_outputs():
             "at::Tensor lin_weight, at::Tensor lin_bias)") in text
     assert re.search(r"//   alpha +Python float \(double\); forward input", text)
     assert re.search(r"//   steps +Python int \(int64_t\); forward input", text)
-    assert "if (ca_shared > 49152)" in text and "cudaFuncAttributeMaxDynamicSharedMemorySize" in text
+    assert "if (ca_shared + ca_static > 49152)" in text and "cudaFuncAttributeMaxDynamicSharedMemorySize" in text
     assert "ca::shared_bytes(int64_t(BLOCK) * 4 + 65536)" in text
     assert "ca::launch_dim(steps > 0 ? ca::cdiv(x.numel(), int64_t(BLOCK)) : 1, 2147483647, \"grid x\")" in text
     assert "const std::vector<int64_t> ca_tmp_shape;  // a 0-d tensor" in text

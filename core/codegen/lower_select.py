@@ -26,8 +26,12 @@ block's rows otherwise (consecutive rows are consecutive in memory then).
 
 Knobs: BLOCK threads; ROWS rows per block (dynamic shared memory: ROWS * P pairs, at most 200 KB).
 
-Rows longer than MAX_ROW (up to LONG_MAX_ROW): chunks of CHUNK sorted as above, then merge passes
-through global memory (`_lower_long`, `_emit_long`). Knobs: BLOCK and CHUNK.
+Rows longer than MAX_ROW (up to LONG_MAX_ROW): sort and topk take chunks of CHUNK sorted as above
+(topk of at most LOCAL_MAX_K: each chunk's first k from per-thread candidates), then merge passes
+through global memory (`_lower_long`, `_emit_long`; knobs BLOCK and CHUNK). kthvalue, median and
+nanmedian need one pair: a radix select over the key's bytes finds its key and its place among equal
+keys, then the position (`_lower_radix`, `_emit_radix`; knobs BLOCK and SEG). Both give the pair the
+stable order puts at the rank, as the short path does.
 """
 from __future__ import annotations
 
@@ -44,7 +48,8 @@ from core.codegen.schedule import Knob, ScheduleSpec
 SELECT_OPS = {"sort.default", "sort.stable", "topk.default", "kthvalue.default", "median.dim", "median.default",
               "nanmedian.dim", "nanmedian.default"}
 MAX_ROW = 16384                      # elements of one row (its pairs fit shared memory with ROWS = 1)
-# Longer rows (up to LONG_MAX_ROW): sorted in chunks in shared memory, then merged in global memory.
+# Longer rows (up to LONG_MAX_ROW): sorted in chunks in shared memory, then merged in global memory
+# (kthvalue / median / nanmedian: a radix select).
 LONG_MAX_ROW = 1 << 24
 MERGE_TILE_MAX = 4096                 # pairs one block of a merge pass takes (divides every 2 * run width)
 # Dynamic shared memory of one block: above 48 KB the runner opts in (227 KB on sm_90, 163 KB on
@@ -145,6 +150,8 @@ def lower_select(graph: Graph, kernel: str) -> Lowering:
                            f"and outputs {graph.outputs}.", task=graph.task, ops=graph.ops())
     outputs = list(graph.outputs)
     count = {"sort": geo.length, "topk": node.attrs.get("k", 1)}.get(node.base, 1)
+    if geo.long and node.base in ("kthvalue", "median", "nanmedian"):
+        return _lower_radix(graph, kernel, node, src, geo, outputs, [roles[o] for o in outputs])
     if geo.long:
         return _lower_long(graph, kernel, node, src, geo, outputs, [roles[o] for o in outputs], count)
     local_kp = 1 << (count - 1).bit_length() if node.base == "topk" and count <= LOCAL_MAX_K else 0
@@ -190,10 +197,16 @@ def lower_select(graph: Graph, kernel: str) -> Lowering:
     knobs, defaults = list(KNOBS), {"BLOCK": block, "ROWS": rows}
     if local_kp:
         knobs.append(LOCAL_KNOB)
-        # Per-thread candidates by default where each of 256 threads walks at least 4 of them.
-        defaults.update(LOCAL=int(geo.length >= 4 * 256 * local_kp))
-        if defaults["LOCAL"]:
-            defaults.update(BLOCK=256, ROWS=1)
+        # Per-thread candidates by default where each of 256 threads walks at least 4 of them, or each
+        # of 128 at least 2; 128 first where 1024 rows or more fill the GPU anyway (on an H100, 4096
+        # rows of 4096 with k = 16 took 525 us against 1125 us sorted whole; 1024 rows of 16384 with
+        # k = 8 131 us at 128 threads, 181 at 256; 16384 rows of 1000 with k = 1 111 us, sorted 902).
+        for threads, walks in ((128, 2), (256, 4)) if geo.rows >= 1024 else ((256, 4), (128, 2)):
+            if geo.length >= walks * threads * local_kp:
+                defaults.update(LOCAL=1, BLOCK=threads, ROWS=1)
+                break
+        else:
+            defaults.update(LOCAL=0)
     spec = ScheduleSpec(knobs, [shared_fits, local_alone, rows_used, threads_used], defaults)
     shared = f"ROWS * {geo.shared_bytes(1)}"
     if local_kp:
@@ -217,6 +230,8 @@ LONG_KNOBS = [
     Knob("BLOCK", (256, 512, 128, 1024, 64), "threads per block (all three kernels)"),
     Knob("CHUNK", (8192, 16384, 4096, 2048), "elements of a row one block sorts in shared memory"),
 ]
+# topk of long rows, k <= LOCAL_MAX_K: a chunk is walked by per-thread candidates, not held in shared memory.
+LONG_LOCAL_CHUNK = Knob("CHUNK", (16384, 32768, 65536, 8192, 4096), "elements of a row one block takes the first k of")
 
 
 def _lower_long(graph: Graph, kernel: str, node: Node, src: Any, geo: _Geometry, outputs: list[str],
@@ -234,18 +249,29 @@ def _lower_long(graph: Graph, kernel: str, node: Node, src: Any, geo: _Geometry,
         return name
 
     keys, pos = scratch(f"{kernel}_keys"), scratch(f"{kernel}_pos")
+    # topk of a few: each chunk's first k from per-thread candidates (the chunk is not sorted whole).
+    local_kp = 1 << (count - 1).bit_length() if node.base == "topk" and count <= LOCAL_MAX_K else 0
+    chunk_knob = LONG_LOCAL_CHUNK if local_kp else LONG_KNOBS[1]
 
     def shared_fits(s: Any) -> str | None:
-        need = s["CHUNK"] * pair_bytes
-        return None if need <= SHARED_LIMIT else f"CHUNK={s['CHUNK']} pairs need {need} bytes of shared memory " \
-                                                  f"(at most {SHARED_LIMIT})"
+        pairs = s["BLOCK"] * local_kp if local_kp else s["CHUNK"]
+        need = pairs * pair_bytes
+        return None if need <= SHARED_LIMIT else f"{pairs} pairs (BLOCK={s['BLOCK']}, CHUNK={s['CHUNK']}) need " \
+                                                  f"{need} bytes of shared memory (at most {SHARED_LIMIT})"
 
-    spec = ScheduleSpec(list(LONG_KNOBS), [shared_fits], {"BLOCK": 256, "CHUNK": 8192})
+    def fewer_candidates(s: Any) -> str | None:
+        if local_kp and s["BLOCK"] * local_kp * 2 > s["CHUNK"]:
+            return f"BLOCK={s['BLOCK']} threads' {local_kp} candidates are more than half of CHUNK={s['CHUNK']}"
+        return None
+
+    defaults = {"BLOCK": 128, "CHUNK": 16384} if local_kp else {"BLOCK": 256, "CHUNK": 8192}
+    spec = ScheduleSpec([LONG_KNOBS[0], chunk_knob], [shared_fits, fewer_candidates], defaults)
     L, R = geo.length, geo.rows
-    smallest = min(LONG_KNOBS[1].values)
+    smallest = min(chunk_knob.values)
     passes = (-(-L // smallest) - 1).bit_length()           # merges of runs of the smallest CHUNK
+    chunk_shared = f"BLOCK * {local_kp * pair_bytes}" if local_kp else f"CHUNK * {pair_bytes}"
     launches = [{"kernel": f"{kernel}_chunks", "grid": [f"{R} * cdiv({L}, CHUNK)"], "block": ["BLOCK"],
-                 "shared_bytes": f"CHUNK * {pair_bytes}", "args": [src.name, keys, pos]}]
+                 "shared_bytes": chunk_shared, "args": [src.name, keys, pos]}]
     # A pass a larger CHUNK does not need is launched as one block that returns at once.
     tile = f"min(BLOCK * 4, {MERGE_TILE_MAX})"
     launches += [{"kernel": f"{kernel}_merge", "grid": [f"{R} * cdiv({L}, {tile}) if CHUNK * {1 << p} < {L} else 1"],
@@ -256,17 +282,237 @@ def _lower_long(graph: Graph, kernel: str, node: Node, src: Any, geo: _Geometry,
     key_dtype = "int64" if geo.key_bytes == 8 else "int32"
     program = {
         "format": "cuda-agent/program@1", "name": kernel,
-        "source": PRELUDE + _emit_long(kernel, node, src.dtype, geo, count, roles),
+        "source": PRELUDE + _emit_long(kernel, node, src.dtype, geo, count, roles, local_kp),
         "tunables": spec.tunables(), "schedule": spec.default(),
         "buffers": [{"name": o, "shape": [int(d) for d in values[o].shape], "dtype": values[o].dtype} for o in outputs]
         + [{"name": keys, "shape": [2, R, L], "dtype": key_dtype}, {"name": pos, "shape": [2, R, L], "dtype": "int32"}],
         "launches": launches,
         "outputs": outputs,
     }
+    chunked = f"each CHUNK's first {count} from {local_kp} candidates per thread" if local_kp else \
+        "chunks of CHUNK sorted in shared memory"
     notes = [f"selection: {node.op} of '{src.name}' {src.dtype}{list(src.shape)}: {describe_rows(geo)}, "
-             f"longer than {MAX_ROW}: chunks of CHUNK sorted in shared memory, then up to {passes} merge passes "
+             f"longer than {MAX_ROW}: {chunked}, then up to {passes} merge passes "
              f"in global memory; outputs {', '.join(f'{o} ({r})' for o, r in zip(outputs, roles))}"]
     return Lowering(program, spec, notes)
+
+
+RADIX_KNOBS = [
+    Knob("BLOCK", (256, 512, 128, 1024), "threads per block"),
+    Knob("SEG", (16384, 8192, 32768, 65536, 4096), "elements of a row one block counts"),
+]
+RADIX_BITS = 8                        # bits of the key each counting pass settles: 256 bins
+
+
+def _lower_radix(graph: Graph, kernel: str, node: Node, src: Any, geo: _Geometry, outputs: list[str],
+                 roles: list[str]) -> Lowering:
+    """kthvalue / median / nanmedian of rows longer than MAX_ROW: a radix select (see `_emit_radix`)."""
+    values = {v.name: v for v in graph.inputs}
+    values.update({n.name: n for n in graph.nodes})
+    taken = {v.name for v in graph.inputs} | set(values) | set(graph.constants)
+
+    def scratch(name: str) -> str:
+        while name in taken:
+            name = "_" + name
+        taken.add(name)
+        return name
+
+    prefix, rank, work, counts = (scratch(f"{kernel}_{n}") for n in ("prefix", "rank", "work", "counts"))
+    L, R = geo.length, geo.rows
+    key_bits = 8 * geo.key_bytes
+    passes = key_bits // RADIX_BITS
+    segs_max = -(-L // min(RADIX_KNOBS[1].values))
+    spec = ScheduleSpec(list(RADIX_KNOBS), [], {"BLOCK": 256, "SEG": 16384})
+    grid = [f"{R} * cdiv({L}, SEG)"]
+    launches = [{"kernel": f"{kernel}_count", "grid": grid, "block": ["BLOCK"], "shared_bytes": 0,
+                 "args": [src.name, prefix, rank, work, f"int32({p})"]} for p in range(passes)]
+    launches.append({"kernel": f"{kernel}_find", "grid": grid, "block": ["BLOCK"], "shared_bytes": 0,
+                     "args": [src.name, prefix, rank, work, counts] + outputs})
+    program = {
+        "format": "cuda-agent/program@1", "name": kernel,
+        "source": PRELUDE + _emit_radix(kernel, node, src.dtype, geo, roles, segs_max),
+        "tunables": spec.tunables(), "schedule": spec.default(),
+        "buffers": [{"name": o, "shape": [int(d) for d in values[o].shape], "dtype": values[o].dtype} for o in outputs]
+        + [{"name": prefix, "shape": [R], "dtype": "int64" if geo.key_bytes == 8 else "int32"},
+           {"name": rank, "shape": [R], "dtype": "int32"},
+           {"name": work, "shape": [R, RADIX_WORK], "dtype": "int32", "zeroed": True},
+           {"name": counts, "shape": [R, segs_max], "dtype": "int32"}],
+        "launches": launches,
+        "outputs": outputs,
+    }
+    notes = [f"selection: {node.op} of '{src.name}' {src.dtype}{list(src.shape)}: {describe_rows(geo)}, "
+             f"longer than {MAX_ROW}: a radix select, {passes} counting passes of {RADIX_BITS} bits, then one "
+             f"that finds the position; outputs {', '.join(f'{o} ({r})' for o, r in zip(outputs, roles))}"]
+    return Lowering(program, spec, notes)
+
+
+RADIX_WORK = (1 << RADIX_BITS) + 2    # per row: the bins, the blocks that have finished, the NaNs
+
+
+def _rank(node: Node, dtype: str, length: int) -> str:
+    """The rank (in the stable order) of the pair kthvalue / median / nanmedian returns; `nans` is the
+    row's NaN count (the same picks as `_position` makes in a sorted row)."""
+    L = length
+    if node.base == "kthvalue":
+        return str(node.attrs.get("k", 1) - 1)
+    if node.base == "median" and dtype in FLOATS:       # a NaN in the row: the last pair, a NaN
+        return f"nans ? {L - 1}u : {(L - 1) // 2}u"
+    if node.base == "median":
+        return f"{(L - 1) // 2}u"
+    return f"(unsigned)(({L} - (int)nans - 1) / 2)"     # nanmedian: the middle of the pairs before the NaNs
+
+
+def _locate(n: str, count, target: str, found: str, rest: str) -> str:
+    """Block-wide: the first i < n at which the running sum of count(i) passes `target` (which is below
+    the total); sets `found` to i and `rest` to target minus the sum before i. Each thread sums a
+    contiguous share of i, thread 0 finds the share, its thread the i. Uses shared `part`, `owner`,
+    `owner_before`; every thread of the block calls it."""
+    return f"""    {{
+        const int per = ({n} + BLOCK - 1) / BLOCK, i0 = threadIdx.x * per;
+        const int i1 = i0 + per < {n} ? i0 + per : {n};
+        unsigned c = 0;
+        for (int i = i0; i < i1; ++i) c += {count("i")};
+        part[threadIdx.x] = c;
+        __syncthreads();
+        if (threadIdx.x == 0) {{
+            unsigned before = 0;
+            int q = 0;
+            for (; q < BLOCK - 1 && before + part[q] <= {target}; ++q) before += part[q];
+            owner = q;
+            owner_before = before;
+        }}
+        __syncthreads();
+        if (threadIdx.x == owner) {{
+            unsigned before = owner_before;
+            int i = i0;
+            for (; i < i1 - 1 && before + ({count("i")}) <= {target}; ++i) before += {count("i")};
+            {found} = i;
+            {rest} = {target} - before;
+        }}
+        __syncthreads();
+    }}"""
+
+
+def _emit_radix(kernel: str, node: Node, dtype: str, geo: _Geometry, roles: list[str], segs_max: int) -> str:
+    """A radix select of the pair of rank t in each row's stable (key, position) order, in two kernels.
+    `_count` pass p (of KEY_BITS / 8): every block counts, in 256 bins of shared memory, the 8 bits
+    below the prefix the earlier passes settled of the keys of its SEG elements that have that prefix,
+    and adds its bins to the row's in `work`; the row's last block to finish (a counter) finds the bin
+    holding rank t, appends it to the row's prefix, takes the pairs of smaller bins off t, and sets
+    the bins and the counter back to zero (`work` is a zeroed buffer: left as it was found). Pass 0
+    also counts the NaNs, which median and nanmedian's t depends on. After the last pass the prefix is
+    the key K of the pair, and t its place among the pairs of key K. `_find`: every block counts the
+    keys equal to K among its elements; the row's last block finds the segment, then the element of
+    that segment holding the t-th K (in position order: the stable order), and writes the outputs."""
+    st = STORAGE_CTYPE[dtype]
+    key_t, _ = _key_code(dtype)
+    ns = f"{kernel}_sel"
+    L, B = geo.length, geo.inner
+    nan_key = _nan_key(key_t)
+    key_bits = 8 * geo.key_bytes
+    addr = (lambda r, j: f"({r}) * {L}LL + ({j})") if B == 1 else \
+        (lambda r, j: f"(({r}) / {B}LL) * {L * B}LL + (long long)({j}) * {B}LL + ({r}) % {B}LL")
+    key_load = f"{ns}::key_of({load_expr(dtype, 'x[' + addr('r', 'j') + ']')})"
+    params, stores = _outputs(roles, st, addr("r", "at"), "r")
+    store_lines = "\n        ".join(stores)
+    nans = f"\n        if (pass == 0 && key == ({ns}::key_t){nan_key}) ++my_nans;" if dtype in FLOATS else ""
+    head = f"""    const int segs = ({L} + SEG - 1) / SEG;
+    const long long r = blockIdx.x / segs;
+    const int seg = blockIdx.x % segs;
+    const int s0 = seg * SEG, s1 = s0 + SEG < {L} ? s0 + SEG : {L};
+    unsigned* const w = work + r * {RADIX_WORK};          // 256 bins, the finished blocks, the NaNs"""
+    last = """    __threadfence();                                   // this block's counts before its arrival
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(&w[256], 1u) == (unsigned)segs - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();"""
+    return _namespace(ns, node, dtype, geo) + f"""
+extern "C" __global__ void __launch_bounds__(BLOCK)
+{kernel}_count(const {st}* __restrict__ x, {ns}::key_t* __restrict__ prefix, unsigned* __restrict__ rank,
+    unsigned* __restrict__ work, int pass)
+{{
+    __shared__ unsigned bins[256];
+    __shared__ unsigned block_nans;
+    __shared__ bool last;
+{head}
+    const int shift = {key_bits} - {RADIX_BITS} * (pass + 1);
+    // The bits the earlier passes settled, and their values for this row.
+    const {ns}::key_t high = pass ? ~({ns}::key_t)0 << (shift + {RADIX_BITS}) : ({ns}::key_t)0;
+    const {ns}::key_t want = pass ? prefix[r] : ({ns}::key_t)0;
+    for (int b = threadIdx.x; b < 256; b += BLOCK) bins[b] = 0u;
+    if (threadIdx.x == 0) block_nans = 0u;
+    __syncthreads();
+    unsigned my_nans = 0u;
+    for (int j = s0 + threadIdx.x; j < s1; j += BLOCK) {{
+        const {ns}::key_t key = {key_load};
+        if ((key & high) == want) atomicAdd(&bins[(unsigned)(key >> shift) & 255u], 1u);{nans}
+    }}
+    if (my_nans) atomicAdd(&block_nans, my_nans);
+    __syncthreads();
+    for (int b = threadIdx.x; b < 256; b += BLOCK)
+        if (bins[b]) atomicAdd(&w[b], bins[b]);
+    if (threadIdx.x == 0 && block_nans) atomicAdd(&w[257], block_nans);
+{last}
+    // The row's last block: the bins of every block (read and set back to zero at once).
+    for (int b = threadIdx.x; b < 256; b += BLOCK) bins[b] = atomicExch(&w[b], 0u);
+    __syncthreads();
+    if (threadIdx.x == 0) {{
+        unsigned t;
+        if (pass == 0) {{
+            const unsigned nans = atomicExch(&w[257], 0u);
+            (void)nans;
+            t = {_rank(node, dtype, L)};
+        }} else {{
+            t = rank[r];
+        }}
+        unsigned before = 0u;
+        int b = 0;
+        for (; b < 255 && before + bins[b] <= t; ++b) before += bins[b];
+        prefix[r] = want | (({ns}::key_t)b << shift);
+        rank[r] = t - before;
+        w[256] = 0u;                                   // the counter, for the next pass
+    }}
+}}
+
+extern "C" __global__ void __launch_bounds__(BLOCK)
+{kernel}_find({", ".join([f"const {st}* __restrict__ x", f"const {ns}::key_t* __restrict__ prefix",
+                          "const unsigned* __restrict__ rank", "unsigned* __restrict__ work",
+                          "unsigned* __restrict__ counts"] + params)})
+{{
+    __shared__ unsigned part[BLOCK];
+    __shared__ int owner;
+    __shared__ unsigned owner_before;
+    __shared__ unsigned equal;
+    __shared__ bool last;
+    __shared__ int at_seg, at_rel;
+    __shared__ unsigned rest_seg, rest;
+{head}
+    const {ns}::key_t k = prefix[r];
+    if (threadIdx.x == 0) equal = 0u;
+    __syncthreads();
+    unsigned mine = 0u;
+    for (int j = s0 + threadIdx.x; j < s1; j += BLOCK) {{
+        const {ns}::key_t key = {key_load};
+        mine += key == k;
+    }}
+    if (mine) atomicAdd(&equal, mine);
+    __syncthreads();
+    if (threadIdx.x == 0) counts[r * {segs_max}LL + seg] = equal;
+{last}
+    // The row's last block: the segment holding the t-th pair of key K, then its element.
+    const unsigned t = rank[r];
+    const unsigned* const row_counts = counts + r * {segs_max}LL;
+{_locate("segs", lambda i: f"__ldcg(row_counts + {i})", "t", "at_seg", "rest_seg")}
+    const int a0 = at_seg * SEG, a1 = a0 + SEG < {L} ? a0 + SEG : {L};
+{_locate("a1 - a0", lambda i: f"({ns}::key_of({load_expr(dtype, 'x[' + addr('r', f'a0 + {i}') + ']')}) == k)", "rest_seg", "at_rel", "rest")}
+    if (threadIdx.x == 0) {{
+        const long long at = a0 + at_rel;
+        {store_lines}
+        w[256] = 0u;                                   // the counter: left zero
+    }}
+}}
+"""
 
 
 def _key_code(dtype: str) -> tuple[str, str]:
@@ -376,6 +622,31 @@ def _bitonic(ns: str, rows: str, seg: str, indent: str = "    ") -> str:
     return "\n".join(indent + line for line in body.splitlines())
 
 
+def _local_candidates(ns: str, kp: int, nan_key: str, pad_at: int, first: str, end: str, load: str) -> str:
+    """Each thread's best KP of the elements j = first, first + BLOCK, ... < end, kept sorted in registers
+    (the unrolled insertion indexes the arrays with constants only), then written to shared memory as
+    its KP pairs; `load` sets `key` from element j of row r."""
+    return f"""        {ns}::key_t bk[{kp}];
+        int bp[{kp}];
+        #pragma unroll
+        for (int q = 0; q < {kp}; ++q) {{ bk[q] = ({ns}::key_t){nan_key}; bp[q] = {pad_at}; }}
+        for (int j = {first}; j < {end}; j += BLOCK) {{
+            {ns}::key_t key = {load}
+            #pragma unroll
+            for (int q = {kp - 1}; q >= 0; --q) {{
+                const int prev = q > 0 ? q - 1 : 0;
+                const bool here = key < bk[q] || (key == bk[q] && j < bp[q]);
+                const bool before = q > 0 && (key < bk[prev] || (key == bk[prev] && j < bp[prev]));
+                if (here) {{ bk[q] = before ? bk[prev] : key; bp[q] = before ? bp[prev] : j; }}
+            }}
+        }}
+        #pragma unroll
+        for (int q = 0; q < {kp}; ++q) {{
+            keys[threadIdx.x * {kp} + q] = bk[q];
+            pos[threadIdx.x * {kp} + q] = bp[q];
+        }}"""
+
+
 def _emit(kernel: str, node: Node, dtype: str, geo: _Geometry, count: int, roles: list[str], local_kp: int) -> str:
     st = STORAGE_CTYPE[dtype]
     key_t, _ = _key_code(dtype)
@@ -406,31 +677,12 @@ def _emit(kernel: str, node: Node, dtype: str, geo: _Geometry, count: int, roles
         pos[g * {P} + j] = at;
     }}"""
     if local_kp:
-        # Each thread's best KP of the elements it walks, kept sorted in registers (the unrolled
-        # insertion indexes the arrays with constants only), then written as its KP pairs.
+        # LOCAL: each thread's best KP candidates first, then a sort of BLOCK * KP of them.
         seg = f"#if LOCAL\n#define SEG (BLOCK * {local_kp})\n#else\n#define SEG {P}\n#endif"
         load = f"""#if LOCAL
     {{
         const long long r = row0;
-        {ns}::key_t bk[{local_kp}];
-        int bp[{local_kp}];
-        #pragma unroll
-        for (int q = 0; q < {local_kp}; ++q) {{ bk[q] = ({ns}::key_t){nan_key}; bp[q] = {P}; }}
-        for (int j = threadIdx.x; j < {L}; j += BLOCK) {{
-            {ns}::key_t key = {key_load};{invert}
-            #pragma unroll
-            for (int q = {local_kp - 1}; q >= 0; --q) {{
-                const int prev = q > 0 ? q - 1 : 0;
-                const bool here = key < bk[q] || (key == bk[q] && j < bp[q]);
-                const bool before = q > 0 && (key < bk[prev] || (key == bk[prev] && j < bp[prev]));
-                if (here) {{ bk[q] = before ? bk[prev] : key; bp[q] = before ? bp[prev] : j; }}
-            }}
-        }}
-        #pragma unroll
-        for (int q = 0; q < {local_kp}; ++q) {{
-            keys[threadIdx.x * {local_kp} + q] = bk[q];
-            pos[threadIdx.x * {local_kp} + q] = bp[q];
-        }}
+{_local_candidates(ns, local_kp, nan_key, P, "threadIdx.x", str(L), key_load + ";" + invert)}
     }}
 #else
 {whole}
@@ -466,7 +718,8 @@ extern "C" __global__ void __launch_bounds__(BLOCK)
 """
 
 
-def _emit_long(kernel: str, node: Node, dtype: str, geo: _Geometry, count: int, roles: list[str]) -> str:
+def _emit_long(kernel: str, node: Node, dtype: str, geo: _Geometry, count: int, roles: list[str],
+               local_kp: int = 0) -> str:
     """Rows longer than MAX_ROW, as three kernels over scratch pairs `keys`, `pos` of [2, R, L] (two halves):
     `_chunks` sorts each CHUNK of a row in shared memory into half 0; `_merge` pass p merges runs of
     CHUNK << p pairwise from half p % 2 into the other, a tile of MT merged places per block: two
@@ -474,7 +727,8 @@ def _emit_long(kernel: str, node: Node, dtype: str, geo: _Geometry, count: int, 
     shared memory (coalesced), and each pair's place is its place in its own part plus the number of
     the other part's pairs before it (a binary search in shared memory; pairs are distinct, as
     positions are, so there are no ties). The last kernel picks the outputs as the short path does,
-    from the half the last pass wrote."""
+    from the half the last pass wrote. With `local_kp` (topk of a few) `_chunks` writes only each
+    chunk's first k, from per-thread candidates sorted in shared memory."""
     st = STORAGE_CTYPE[dtype]
     key_t, _ = _key_code(dtype)
     ns = f"{kernel}_sel"
@@ -496,9 +750,29 @@ def _emit_long(kernel: str, node: Node, dtype: str, geo: _Geometry, count: int, 
     if node.base == "topk":
         keep_runs = (f"\n    if (na > {count}LL) na = {count}LL;                  // topk: the first k of each run"
                      f"\n    if (nb > {count}LL) nb = {count}LL;")
-    return _namespace(ns, node, dtype, geo) + f"""
-#define MT (BLOCK * 4 < {MERGE_TILE_MAX} ? BLOCK * 4 : {MERGE_TILE_MAX})   // pairs one block of a merge pass takes
-extern "C" __global__ void __launch_bounds__(BLOCK)
+    if local_kp:
+        chunks = f"""extern "C" __global__ void __launch_bounds__(BLOCK)
+{kernel}_chunks(const {st}* __restrict__ x, {ns}::key_t* __restrict__ out_keys, int* __restrict__ out_pos)
+{{
+    CA_DYNAMIC_SMEM(ca_smem);                          // BLOCK * {local_kp} candidate keys, then their positions
+    {ns}::key_t* const keys = reinterpret_cast<{ns}::key_t*>(ca_smem);
+    int* const pos = reinterpret_cast<int*>(ca_smem + BLOCK * {local_kp} * sizeof({ns}::key_t));
+    const int chunks = ({L} + CHUNK - 1) / CHUNK;
+    const long long r = blockIdx.x / chunks;
+    const int c0 = (blockIdx.x % chunks) * CHUNK;
+    const int c1 = c0 + CHUNK < {L} ? c0 + CHUNK : {L};
+    {{
+{_local_candidates(ns, local_kp, nan_key, L, "c0 + threadIdx.x", "c1", key_load + ";" + invert)}
+    }}
+    __syncthreads();
+{_bitonic(ns, "1", f"(BLOCK * {local_kp})")}
+    for (int t = threadIdx.x; t < {count} && c0 + t < {L}; t += BLOCK) {{   // the chunk's first k
+        out_keys[r * {L}LL + c0 + t] = keys[t];
+        out_pos[r * {L}LL + c0 + t] = pos[t];
+    }}
+}}"""
+    else:
+        chunks = f"""extern "C" __global__ void __launch_bounds__(BLOCK)
 {kernel}_chunks(const {st}* __restrict__ x, {ns}::key_t* __restrict__ out_keys, int* __restrict__ out_pos)
 {{
     CA_DYNAMIC_SMEM(ca_smem);                          // CHUNK keys, then CHUNK positions
@@ -524,7 +798,10 @@ extern "C" __global__ void __launch_bounds__(BLOCK)
         out_keys[r * {L}LL + c0 + t] = keys[t];
         out_pos[r * {L}LL + c0 + t] = pos[t];
     }}
-}}
+}}"""
+    return _namespace(ns, node, dtype, geo) + f"""
+#define MT (BLOCK * 4 < {MERGE_TILE_MAX} ? BLOCK * 4 : {MERGE_TILE_MAX})   // pairs one block of a merge pass takes
+{chunks}
 
 extern "C" __global__ void __launch_bounds__(BLOCK)
 {kernel}_merge({ns}::key_t* __restrict__ keys, int* __restrict__ pos, int pass)

@@ -467,6 +467,16 @@ def _func_attr(f, attribute: int) -> int:
     return int(cupy.cuda.driver.funcGetAttribute(attribute, f.ptr))
 
 
+def opt_in_shared(f, dynamic: int) -> None:
+    """Let kernel `f` launch with `dynamic` bytes of dynamic shared memory. Past 48 KiB together with its
+    static shared memory CUDA needs an opt-in; without one the launch fails with "invalid argument"
+    (48 KiB of dynamic memory beside a 16-byte static array did, on an H100)."""
+    if dynamic and dynamic + _func_attr(f, _ATTR_SHARED_SIZE_BYTES) > 48 * 1024:
+        import cupy
+
+        cupy.cuda.driver.funcSetAttribute(f.ptr, _ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic)
+
+
 class BoundProgram:
     """A program bound to one set of tensors: buffers allocated once, launches prepared."""
 
@@ -527,10 +537,7 @@ class BoundProgram:
                     "float32": np.float32, "float64": np.float64}
         for launch in plan.launches:
             f = prog.functions[launch.kernel]
-            if launch.shared_bytes > 48 * 1024:
-                import cupy
-
-                cupy.cuda.driver.funcSetAttribute(f.ptr, _ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES, launch.shared_bytes)
+            opt_in_shared(f, launch.shared_bytes)
             args = []
             for a in launch.args:
                 if isinstance(a, TensorArg):

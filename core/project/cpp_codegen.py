@@ -544,6 +544,13 @@ inline void check_cuda(cudaError_t status, const char* what) {
   TORCH_CHECK(status == cudaSuccess, kFunction, ": ", what, ": ", cudaGetErrorName(status), ": ",
               cudaGetErrorString(status));
 }
+
+// A kernel's static shared memory: with the dynamic amount past 48 KiB, a launch needs an opt-in.
+inline size_t static_shared(const void* function, const char* what) {
+  cudaFuncAttributes attributes;
+  check_cuda(cudaFuncGetAttributes(&attributes, function), what);
+  return attributes.sharedSizeBytes;
+}
 """
 
 # Names the launcher body and the binding use unqualified: a plan name must not shadow them.
@@ -551,7 +558,8 @@ inline void check_cuda(cudaError_t status, const char* what) {
 LAUNCHER_WORDS = frozenset(
     """
     at c10 cuda std ca pybind11 m dim3 size_t int64_t int32_t uint32_t uint64_t cudaStream_t
-    cudaError_t cudaSuccess cudaLaunchKernel cudaGetLastError cudaFuncSetAttribute
+    cudaError_t cudaSuccess cudaLaunchKernel cudaGetLastError cudaFuncSetAttribute cudaFuncGetAttributes
+    cudaFuncAttributes
     cudaFuncAttributeMaxDynamicSharedMemorySize TORCH_CHECK TORCH_EXTENSION_NAME PYBIND11_MODULE
     """.split()
 )

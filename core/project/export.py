@@ -44,7 +44,7 @@ from core.project.atomic import write_text_atomic
 
 MAX_GRID = (2**31 - 1, 65535, 65535)
 MAX_BLOCK = (1024, 1024, 64)
-DEFAULT_SHARED_LIMIT = 48 * 1024  # above this a kernel must opt in to more dynamic shared memory
+DEFAULT_SHARED_LIMIT = 48 * 1024  # above this (dynamic + static) a kernel must opt in to more shared memory
 
 
 class ExportError(Exception):
@@ -437,10 +437,13 @@ class _Launcher:
             emit("    void** ca_args = nullptr;")
         what = cpp_string(f"{where} ({kernel})")
         function = qualified_kernel(self.program.source, kernel)
-        if constant is None or constant > DEFAULT_SHARED_LIMIT:
-            emit(f"    if (ca_shared > {DEFAULT_SHARED_LIMIT}) {{  // more than 48 KiB of dynamic shared memory needs an opt-in")
-            emit(f"      ca::check_cuda(cudaFuncSetAttribute((const void*){function}, cudaFuncAttributeMaxDynamicSharedMemorySize,")
-            emit(f"                                          static_cast<int>(ca_shared)), {what});")
+        if constant is None or constant > 0:
+            # Past 48 KiB with the kernel's own static shared memory, dynamic shared memory needs an opt-in.
+            emit("    if (ca_shared > 0) {")
+            emit(f"      static const size_t ca_static = ca::static_shared((const void*){function}, {what});")
+            emit(f"      if (ca_shared + ca_static > {DEFAULT_SHARED_LIMIT})")
+            emit(f"        ca::check_cuda(cudaFuncSetAttribute((const void*){function}, cudaFuncAttributeMaxDynamicSharedMemorySize,")
+            emit(f"                                            static_cast<int>(ca_shared)), {what});")
             emit("    }")
         emit(f"    ca::check_cuda(cudaLaunchKernel((const void*){function}, ca_grid, ca_block, ca_args, ca_shared, ca_stream), {what});")
         emit(f"    ca::check_cuda(cudaGetLastError(), {what});")
