@@ -632,6 +632,7 @@ def _local_candidates(ns: str, kp: int, nan_key: str, pad_at: int, first: str, e
         for (int q = 0; q < {kp}; ++q) {{ bk[q] = ({ns}::key_t){nan_key}; bp[q] = {pad_at}; }}
         for (int j = {first}; j < {end}; j += BLOCK) {{
             {ns}::key_t key = {load}
+            if (!(key < bk[{kp - 1}] || (key == bk[{kp - 1}] && j < bp[{kp - 1}]))) continue;   // most elements
             #pragma unroll
             for (int q = {kp - 1}; q >= 0; --q) {{
                 const int prev = q > 0 ? q - 1 : 0;
