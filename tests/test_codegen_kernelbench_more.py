@@ -16,9 +16,10 @@ import pytest
 
 from core.codegen import generate
 from core.tasks import load_task_from_source
+from core.toolchain import nvrtc_info
 from tests.test_codegen_fuzz import GXX
 from tests.test_codegen_kernelbench_style import _task as T
-from tests.test_codegen_kernelbench_style import emulate_cases
+from tests.test_codegen_kernelbench_style import compile_cases, emulate_cases
 
 CASES = {
     "convT2d_bias_clamp_scale_clamp_div": T(["x = self.conv(x)", "x = x + self.bias", "x = torch.clamp(x, min=0.0, max=1.0)",
@@ -442,3 +443,67 @@ def test_network_blocks_and_more_ops_generate_and_match_the_model(monkeypatch):
     outcomes = emulate_cases(BLOCKS, 11, monkeypatch)
     assert all(o.runs >= 1 for o in outcomes) and sum(o.runs == 2 for o in outcomes) >= len(outcomes) - 3, \
         [(o.case.name, o.runs) for o in outcomes]
+
+
+# x[mask] = v (thirty-first session): one boolean mask over the dims after the leading full slices,
+# v the same for every place (a number, one element, or a shape of the dims after the mask) is
+# torch.where(mask, v, x); accumulate adds v. Refused before: the places are the mask's nonzeros.
+MASK_PUTS = {
+    "mask_put_scalar": T(["y = x.clone()", "y[y > 0.5] = 0.0", "return y"], "[torch.randn(64, 100)]"),
+    "mask_put_in_place_after_op": T(["x = x * 2", "x[x < 0] = -1.0", "return x.sum(1)"], "[torch.randn(64, 100)]"),
+    "mask_put_rows_from_input": T(["y = x * 1.0", "y[m] = 0.0", "return y"], "[torch.randn(64, 100), torch.rand(64) > 0.5]",
+                                  args="x, m"),
+    "mask_put_row_vector": T(["y = x.clone()", "y[y[:, 0] > 0] = y[0].clone()", "return y"], "[torch.randn(64, 100)]"),
+    "mask_put_middle_dims": T(["y = x.clone()", "y[:, y[0, :, 0] > 0] = -1.0", "return y"], "[torch.randn(4, 64, 10)]"),
+    "mask_put_accumulate": T(["return x.index_put((x > 0,), torch.tensor(2.0), accumulate=True)"],
+                             "[torch.randn(4, 64, 10)]"),
+    "mask_put_half_int_value": T(["y = x.half()", "y[y > 0] = 3", "return y"], "[torch.randn(4, 64, 10)]"),
+    "mask_put_int": T(["y = x.clone()", "y[y % 3 == 0] = -7", "return y"], "[torch.randint(-20, 20, (33, 65))]"),
+}
+
+
+@pytest.mark.skipif(GXX is None, reason="no host C++ compiler")
+@pytest.mark.timeout(900)
+def test_mask_puts_are_wheres_that_match_the_model(monkeypatch):
+    emulate_cases(MASK_PUTS, 17, monkeypatch)
+    gen = generate(load_task_from_source(MASK_PUTS["mask_put_scalar"], "m"))
+    assert gen.family == "pointwise" and "where" in " ".join(gen.graph.ops())
+
+
+# nn.Bilinear / F.bilinear (thirty-first session): aten._trilinear as two sums of products (x1 against
+# the weight first), lowered by the reduce and pointwise families. Refused before by the op's name.
+BILINEAR = {
+    "bilinear_layer": T(["return self.m(x, y)"], "[torch.randn(16, 24), torch.randn(16, 20)]",
+                        ["self.m = nn.Bilinear(24, 20, 8)"], args="x, y"),
+    "bilinear_no_bias_leading_dims": T(["return torch.relu(self.m(x, x * 2))"], "[torch.randn(2, 5, 12)]",
+                                       ["self.m = nn.Bilinear(12, 12, 6, bias=False)"]),
+}
+
+
+@pytest.mark.skipif(GXX is None, reason="no host C++ compiler")
+@pytest.mark.timeout(900)
+def test_bilinear_layers_match_the_model(monkeypatch):
+    emulate_cases(BILINEAR, 19, monkeypatch)
+
+
+# Special functions (thirty-first session; refused before): digamma, polygamma, the Hurwitz zeta as
+# ATen computes them, nextafter, ldexp (x * 2^e, as ATen's composite).
+SPECIAL = {
+    "digamma_both_signs": T(["return torch.digamma(x * 3)"], "[torch.randn(64, 33)]"),
+    "digamma_fp16_double": T(["return torch.digamma(x.abs().half() + 0.5), torch.special.digamma(x.double() * 20)"],
+                             "[torch.randn(64, 33)]"),
+    "polygamma_orders": T(["return torch.polygamma(1, x * 2), torch.polygamma(3, x.abs() + 0.2), torch.special.polygamma(2, x.abs() + 3)"],
+                          "[torch.randn(64, 33)]"),
+    "zeta": T(["return torch.special.zeta(x.abs() + 1.5, y.abs() + 0.1)"], "[torch.randn(64, 33), torch.randn(64, 33)]",
+              args="x, y"),
+    "nextafter_ldexp": T(["return torch.nextafter(x, y), torch.ldexp(x, (y * 4).int()), torch.ldexp(y, x.round())"],
+                         "[torch.randn(64, 33), torch.randn(64, 33)]", args="x, y"),
+}
+
+
+@pytest.mark.skipif(GXX is None, reason="no host C++ compiler")
+@pytest.mark.timeout(900)
+def test_special_functions_match_the_model_and_compile(monkeypatch, tmp_path):
+    emulate_cases(SPECIAL, 23, monkeypatch)
+    if nvrtc_info()[0]:
+        compile_cases(SPECIAL, tmp_path)

@@ -48,6 +48,9 @@ def decomposition_table() -> Any:
     table[aten.searchsorted.Tensor] = _searchsorted_as_bucketize
     table[aten.dist.default] = _dist_as_norm
     table[aten.histc.default] = _histc_as_index_put
+    table[aten.index_put.default] = _mask_put_as_where
+    table[aten._trilinear.default] = _trilinear_as_sums
+    table[aten.ldexp.Tensor] = lambda x, other: torch.mul(x, torch.pow(2.0, other))    # as ATen's composite
     # Upsampling stays whole: partition.canonicalize makes it one move kernel with its index and
     # weight tables (torch's decompositions compute indices with aranges and write each gathered tap).
     # grid_sample and bucketize decompose: index arithmetic and gathers the families lower.
@@ -110,6 +113,49 @@ def _embedding_bag_as_index_add(weight: torch.Tensor, indices: torch.Tensor, off
     empty = torch.zeros(0, dtype=torch.int64, device=indices.device)
     zeros = torch.zeros(bags, dtype=torch.int64, device=indices.device)
     return out.to(weight.dtype), empty, zeros, zeros
+
+
+def _trilinear_as_sums(i1: torch.Tensor, i2: torch.Tensor, i3: torch.Tensor, expand1: list[int], expand2: list[int],
+                       expand3: list[int], sumdim: list[int], unroll_dim: int = 1) -> torch.Tensor:
+    """aten._trilinear (F.bilinear, nn.Bilinear): each input unsqueezed at its expand dims, the product
+    summed over sumdim. As ATen does, in two steps: i1 * i2 summed first over the summed dims i3 does
+    not have (for nn.Bilinear, x1 against the weight: [N, O, in2]), then the product with i3 summed over
+    the rest, so that no [N, O, in1, in2] product is formed."""
+    total = i1.dim() + len(expand1)
+    for d in range(total):
+        if d in expand1:
+            i1 = i1.unsqueeze(d)
+        if d in expand2:
+            i2 = i2.unsqueeze(d)
+        if d in expand3:
+            i3 = i3.unsqueeze(d)
+    first = [d for d in sumdim if d in expand3]
+    rest = [d for d in sumdim if d not in expand3]
+    partial = (i1 * i2).sum(first, keepdim=True) if first else i1 * i2
+    out = (partial * i3).sum(rest, keepdim=True) if rest else partial * i3
+    return out.squeeze(sorted(sumdim)) if sumdim else out
+
+
+def _mask_put_as_where(x: torch.Tensor, indices: list, values: torch.Tensor, accumulate: bool = False) -> Any:
+    """x[mask] = v and x[:, mask] = v (one boolean mask over the dims after the leading full slices, to
+    the last dim or not), with v the same for every place the mask selects (one element, or a shape
+    that broadcasts to the dims after the mask): torch.where(mask, v, x), with v added to x where
+    accumulate. Without this, the places are the mask's nonzeros, a count known only at run time.
+    Anything else stays an index_put (NotImplemented), for the scatter family or a clear refusal."""
+    picked = [(d, i) for d, i in enumerate(indices) if i is not None]
+    if len(picked) != 1 or picked[0][1].dtype != torch.bool:
+        return NotImplemented
+    lead, mask = picked[0]
+    rest = x.dim() - lead - mask.dim()
+    if rest < 0 or tuple(mask.shape) != tuple(x.shape[lead:lead + mask.dim()]):
+        return NotImplemented
+    if values.numel() == 1:
+        values = values.reshape(())
+    elif values.dim() > rest or any(v not in (1, n) for v, n in zip(values.shape[::-1], x.shape[::-1])):
+        return NotImplemented
+    values = values.to(x.dtype)
+    mask = mask.reshape(tuple(mask.shape) + (1,) * rest)
+    return torch.where(mask, x + values if accumulate else values, x)
 
 
 def _histc_as_index_put(x: torch.Tensor, bins: int = 100, min: float = 0, max: float = 0) -> torch.Tensor:

@@ -131,6 +131,92 @@ template <typename T> CA_HD T ca_lcm(T a, T b) {
     const T l = a / g * b;
     return l < 0 ? -l : l;
 }
+// digamma, trigamma, the Hurwitz zeta and polygamma, as ATen computes them (calc_digamma,
+// calc_trigamma, zeta (Cephes), calc_polygamma), in the compute type T (float or double).
+#define CA_INF_T ((T)ca_ll2d(0x7ff0000000000000LL))
+#define CA_NAN_T ((T)ca_ll2d(0x7ff8000000000000LL))
+template <typename T> CA_HD T ca_digamma(T x) {
+    const double pi = 3.14159265358979323846;
+    if (x == (T)0) return copysign(CA_INF_T, -x);
+    T result = 0;
+    if (x < (T)0) {
+        if (x == trunc(x)) return CA_NAN_T;                // a negative integer
+        const double r = (double)x - trunc((double)x);  // tan(pi r) is more accurate than tan(pi x)
+        result = (T)(-pi / tan(pi * r));
+        x = (T)1 - x;
+    }
+    while (x < (T)10) { result -= (T)1 / x; x += (T)1; }
+    if (x == (T)10) return result + (T)2.25175258906672110764;
+    const T a[] = {(T)8.33333333333333333333E-2, (T)-2.10927960927960927961E-2, (T)7.57575757575757575758E-3,
+                   (T)-4.16666666666666666667E-3, (T)3.96825396825396825397E-3, (T)-8.33333333333333333333E-3,
+                   (T)8.33333333333333333333E-2};
+    T y = 0;
+    if (x < (T)1.0e17) {
+        const T z = (T)1 / (x * x);
+        T p = 0;
+        for (int i = 0; i <= 6; ++i) p = p * z + a[i];
+        y = z * p;
+    }
+    return log(x) - (T)0.5 / x - y + result;
+}
+template <typename T> CA_HD T ca_trigamma(T x) {
+    const T pi = (T)3.14159265358979323846;
+    T sign = 1, result = 0;
+    if (x < (T)0.5) {
+        sign = -1;
+        const T s = sin(pi * x);
+        result -= (pi * pi) / (s * s);
+        x = (T)1 - x;
+    }
+    for (int i = 0; i < 6; ++i) { result += (T)1 / (x * x); x += (T)1; }
+    const T ixx = (T)1 / (x * x);
+    result += ((T)1 + (T)1 / ((T)2 * x) + ixx * ((T)1 / (T)6 - ixx * ((T)1 / (T)30 - ixx * ((T)1 / (T)42)))) / x;
+    return sign * result;
+}
+template <typename T> CA_HD T ca_zeta(T x, T q) {
+    const T machep = (T)1.11022302462515654042E-16;
+    const T A[] = {(T)12.0, (T)-720.0, (T)30240.0, (T)-1209600.0, (T)47900160.0, (T)-1.8924375803183791606e9,
+                   (T)7.47242496e10, (T)-2.950130727918164224e12, (T)1.1646782814350067249e14,
+                   (T)-4.5979787224074726105e15, (T)1.8152105401943546773e17, (T)-7.1661652561756670113e18};
+    if (x == (T)1) return CA_INF_T;
+    if (x < (T)1) return CA_NAN_T;
+    if (q <= (T)0) {
+        if (q == floor(q)) return CA_INF_T;
+        if (x != floor(x)) return CA_NAN_T;
+    }
+    T s = pow(q, -x), a = q, b = 0;
+    int i = 0;
+    while (i < 9 || a <= (T)9) {
+        i += 1;
+        a += (T)1;
+        b = pow(a, -x);
+        s += b;
+        if (-machep * s < b && b < machep * s) return s;
+    }
+    const T w = a;
+    s += b * w / (x - (T)1);
+    s -= (T)0.5 * b;
+    a = 1;
+    T k = 0;
+    for (int j = 0; j < 12; ++j) {
+        a *= x + k;
+        b /= w;
+        T t = a * b / A[j];
+        s = s + t;
+        t = fabs(t / s);
+        if (t < machep) return s;
+        k += (T)1;
+        a *= x + k;
+        b /= w;
+        k += (T)1;
+    }
+    return s;
+}
+template <typename T> CA_HD T ca_polygamma(int n, T x) {
+    if (n == 0) return ca_digamma(x);
+    if (n == 1) return ca_trigamma(x);
+    return ((n % 2) ? (T)1 : (T)-1) * exp(lgamma((T)n + (T)1)) * ca_zeta((T)(n + 1), x);
+}
 template <typename T> CA_HD T nan_max(T a, T b) { return a > b ? a : b; }
 template <typename T> CA_HD T nan_min(T a, T b) { return a < b ? a : b; }
 // Fast approximations, used only for values that are rounded to fp16/bf16 (8 or 11 significant bits)

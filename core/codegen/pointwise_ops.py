@@ -244,6 +244,13 @@ class LoweringError(Exception):
     """An op (or an op with these arguments) that the pointwise family cannot emit."""
 
 
+def _floats_only(name: str, ct: str) -> str:
+    """'' for a float compute type (the caller goes on to emit), else a LoweringError."""
+    if not _is_float(ct):
+        raise LoweringError(f"{name} on integers")
+    return ""
+
+
 def _integers_only(name: str, ct: str) -> str:
     """'' for an integer compute type (the caller goes on to emit), else a LoweringError."""
     if _is_float(ct):
@@ -271,6 +278,10 @@ OPS: dict[str, Callable[[Node, list[str], str], str]] = {
     "lcm": lambda n, a, ct: _integers_only("lcm", ct) or f"ca_lcm({a[0]}, {a[1]})",
     "erfinv": _unary_math("erfinv"), "lgamma": _unary_math("lgamma"), "special_erfcx": _unary_math("erfcx"),
     "i0": _unary_math("cyl_bessel_i0"),
+    "digamma": lambda n, a, ct: _floats_only("digamma", ct) or f"ca_digamma({a[0]})",
+    "polygamma": lambda n, a, ct: _floats_only("polygamma", ct) or f"ca_polygamma({int(n.attrs.get('n', 0))}, {a[0]})",
+    "special_zeta": lambda n, a, ct: _floats_only("zeta", ct) or f"ca_zeta({a[0]}, {a[1]})",
+    "nextafter": _float_math2("nextafter"),
     "floor": _unary_math("floor"), "ceil": _unary_math("ceil"), "trunc": _unary_math("trunc"),
     "round": _unary_math("rint"),
     "reciprocal": lambda n, a, ct: f"({literal(1, ct)} / {a[0]})",
@@ -337,7 +348,8 @@ SUPPORTED_OVERLOADS = {
     "where": {"self"},
     "maximum": {"default"}, "minimum": {"default"}, "fmax": {"default"}, "fmin": {"default"},
     "bitwise_and": {"Tensor", "Scalar"}, "bitwise_or": {"Tensor", "Scalar"}, "bitwise_xor": {"Tensor", "Scalar"},
-    "atan2": {"default"}, "hypot": {"default"}, "copysign": {"Tensor", "Scalar"},
+    "atan2": {"default"}, "hypot": {"default"}, "copysign": {"Tensor", "Scalar"}, "nextafter": {"default"},
+    "special_zeta": {"default"}, "polygamma": {"default"}, "digamma": {"default"},
     "fmod": {"Tensor", "Scalar"}, "remainder": {"Tensor", "Scalar"}, "gcd": {"default"}, "lcm": {"default"},
     "eq": {"Tensor", "Scalar"}, "ne": {"Tensor", "Scalar"}, "lt": {"Tensor", "Scalar"},
     "le": {"Tensor", "Scalar"}, "gt": {"Tensor", "Scalar"}, "ge": {"Tensor", "Scalar"},

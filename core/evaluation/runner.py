@@ -537,6 +537,11 @@ class BoundProgram:
                     "float32": np.float32, "float64": np.float64}
         for launch in plan.launches:
             f = prog.functions[launch.kernel]
+            static = _func_attr(f, _ATTR_SHARED_SIZE_BYTES) if launch.shared_bytes else 0
+            if launch.shared_bytes + static > limits.max_shared_bytes:
+                raise CandidateFailure(Status.REJECTED, f"launch plan: kernel '{launch.kernel}' asks for "
+                                       f"{launch.shared_bytes} bytes of dynamic shared memory beside its {static} "
+                                       f"static bytes; a block of this GPU may have {limits.max_shared_bytes}")
             opt_in_shared(f, launch.shared_bytes)
             args = []
             for a in launch.args:
