@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.codegen import generate
+from core.codegen import CodegenError, generate
 from core.tasks import load_task_from_source
 from core.toolchain import nvrtc_info
 from tests.test_codegen_fuzz import GXX
@@ -507,3 +507,31 @@ def test_special_functions_match_the_model_and_compile(monkeypatch, tmp_path):
     emulate_cases(SPECIAL, 23, monkeypatch)
     if nvrtc_info()[0]:
         compile_cases(SPECIAL, tmp_path)
+
+
+# Thirty-first session, refused before by the op's name: slice_scatter (x[:, a:b] = v as traced) as a cat,
+# Tensor.scatter with reduce= as scatter_reduce, addmv / addbmm as a product and an add, and shifts in
+# the result's own width (counts past it or negative as ATen's kernels take them).
+MORE_OPS = {
+    "slice_scatter_as_cat": T(["return torch.slice_scatter(x, x[:, 3:9] * 2, 1, 3, 9) + 1"], "[torch.randn(8, 20, 5)]"),
+    "slice_assign_negative_end": T(["y = x.clone()", "y[:, -4:] = x[:, :4] + 1", "return y"], "[torch.randn(8, 20)]"),
+    "scatter_reduce_kwarg": T(["a = x.scatter(1, i, x * 0.5, reduce='multiply')", "b = x.scatter(1, i, 2.0, reduce='add')",
+                               "return a + b"], "[torch.randn(6, 9), torch.randint(0, 9, (6, 9))]", args="x, i"),
+    "addmv_addbmm": T(["v = torch.addmv(x[0, :, 0], x[0], x[1, 0], beta=0.5, alpha=2.0)",
+                       "m = torch.addbmm(x[0, :, :7], x[:, :, :7], x[:, :7, :7], beta=0.0)", "return v, m"],
+                      "[torch.randn(4, 7, 9)]"),
+    "shifts": T(["a = (x * 10).int() << 2 >> 1", "b = torch.bitwise_left_shift(x.abs().mul(9).to(torch.uint8), s.to(torch.uint8))",
+                 "c = torch.bitwise_right_shift((x * 100).to(torch.int8), s.to(torch.int8))", "d = (x * 1e6).long() >> s",
+                 "return a, b, c, d"], "[torch.randn(32, 40), torch.randint(0, 70, (32, 40))]", args="x, s"),
+}
+
+
+@pytest.mark.skipif(GXX is None, reason="no host C++ compiler")
+@pytest.mark.timeout(900)
+def test_more_ops_taken_by_capture_and_pointwise_match_the_model(monkeypatch, tmp_path):
+    emulate_cases(MORE_OPS, 29, monkeypatch)
+    if nvrtc_info()[0]:
+        compile_cases(MORE_OPS, tmp_path)
+    with pytest.raises(CodegenError, match="slice_scatter"):           # a step of 2: not a cat
+        generate(load_task_from_source(T(["return torch.slice_scatter(x, x[:, ::2] * 2, 1, 0, 20, 2)"],
+                                         "[torch.randn(8, 20)]"), "step2"))

@@ -14,7 +14,7 @@ import functools
 import math
 import operator
 import warnings
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch._decomp import get_decompositions
@@ -51,6 +51,13 @@ def decomposition_table() -> Any:
     table[aten.index_put.default] = _mask_put_as_where
     table[aten._trilinear.default] = _trilinear_as_sums
     table[aten.ldexp.Tensor] = lambda x, other: torch.mul(x, torch.pow(2.0, other))    # as ATen's composite
+    table[aten.slice_scatter.default] = _slice_scatter_as_cat
+    # copy(self, src) (x[:, a:b] = v as traced, beside its slice_scatter): src in self's dtype and shape.
+    table[aten.copy.default] = lambda x, src, non_blocking=False: src.to(x.dtype).expand(x.shape).clone()
+    table[aten.scatter.reduce] = _scatter_with_reduce
+    table[aten.scatter.value_reduce] = _scatter_with_reduce
+    table[aten.addmv.default] = functools.partial(_add_product, torch.mv)
+    table[aten.addbmm.default] = functools.partial(_add_product, lambda b1, b2: torch.bmm(b1, b2).sum(0))
     # Upsampling stays whole: partition.canonicalize makes it one move kernel with its index and
     # weight tables (torch's decompositions compute indices with aranges and write each gathered tap).
     # grid_sample and bucketize decompose: index arithmetic and gathers the families lower.
@@ -113,6 +120,44 @@ def _embedding_bag_as_index_add(weight: torch.Tensor, indices: torch.Tensor, off
     empty = torch.zeros(0, dtype=torch.int64, device=indices.device)
     zeros = torch.zeros(bags, dtype=torch.int64, device=indices.device)
     return out.to(weight.dtype), empty, zeros, zeros
+
+
+def _slice_scatter_as_cat(x: torch.Tensor, src: torch.Tensor, dim: int = 0, start: int | None = None,
+                          end: int | None = None, step: int = 1) -> Any:
+    """torch.slice_scatter with step 1 (and the `x[:, a:b] = v` of traced code): x's part before the
+    slice, src, x's part after it, concatenated along dim (one move kernel)."""
+    if step != 1:
+        return NotImplemented
+    dim %= x.dim()
+    size = x.shape[dim]
+    start = 0 if start is None else start + size if start < 0 else start
+    end = size if end is None else end + size if end < 0 else end
+    start = min(max(start, 0), size)
+    end = min(max(end, start), size)
+    parts = [x.narrow(dim, 0, start), src.to(x.dtype), x.narrow(dim, end, size - end)]
+    return torch.cat([p for p in parts if p.shape[dim] > 0], dim)
+
+
+def _scatter_with_reduce(x: torch.Tensor, dim: int, index: torch.Tensor, src: Any, *, reduce: str) -> Any:
+    """Tensor.scatter(dim, index, src or value, reduce="add" / "multiply"): scatter_reduce's sum / prod
+    with x included, which the scatter family lowers."""
+    if reduce not in ("add", "multiply"):
+        return NotImplemented
+    if not isinstance(src, torch.Tensor):
+        src = torch.full(index.shape, src, dtype=x.dtype, device=x.device)
+    return x.scatter_reduce(dim, index, src.to(x.dtype), "sum" if reduce == "add" else "prod", include_self=True)
+
+
+def _add_product(product: Callable, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta: Any = 1,
+                 alpha: Any = 1) -> torch.Tensor:
+    """addmv / addbmm: beta * x + alpha * the product; x is not read when beta is 0 (ATen ignores its NaN
+    and inf then)."""
+    out = product(a, b)
+    if alpha != 1:
+        out = out * alpha
+    if beta == 0:
+        return out                                     # x broadcasts to the product's shape
+    return out + (x if beta == 1 else x * beta)
 
 
 def _trilinear_as_sums(i1: torch.Tensor, i2: torch.Tensor, i3: torch.Tensor, expand1: list[int], expand2: list[int],

@@ -217,6 +217,18 @@ template <typename T> CA_HD T ca_polygamma(int n, T x) {
     if (n == 1) return ca_trigamma(x);
     return ((n % 2) ? (T)1 : (T)-1) * exp(lgamma((T)n + (T)1)) * ca_zeta((T)(n + 1), x);
 }
+// << and >> in the width of storage type S, as ATen's CUDA lshift / rshift kernels: a shift count past
+// the width, or negative, gives 0 (left) or the sign bits (right; all of an unsigned type's bits).
+template <typename S, typename A, typename B> CA_HD long long ca_shl(A a, B b) {
+    const long long bits = 8 * (long long)sizeof(S), n = (long long)b;
+    if (n < 0 || n >= bits) return 0;
+    return (long long)(S)((unsigned long long)(long long)a << n);
+}
+template <typename S, typename A, typename B> CA_HD long long ca_shr(A a, B b) {
+    const long long most = 8 * (long long)sizeof(S) - ((S)-1 < (S)0 ? 1 : 0), n = (long long)b;
+    const long long v = (long long)(S)a;
+    return v >> (n < 0 || n >= most ? (most < 64 ? most : 63) : n);
+}
 template <typename T> CA_HD T nan_max(T a, T b) { return a > b ? a : b; }
 template <typename T> CA_HD T nan_min(T a, T b) { return a < b ? a : b; }
 // Fast approximations, used only for values that are rounded to fp16/bf16 (8 or 11 significant bits)

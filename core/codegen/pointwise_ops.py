@@ -244,6 +244,18 @@ class LoweringError(Exception):
     """An op (or an op with these arguments) that the pointwise family cannot emit."""
 
 
+_SHIFT_STORAGE = {"int8": "signed char", "uint8": "unsigned char", "int16": "short", "int32": "int", "int64": "long long"}
+
+
+def _shift(kind: str, node: Node, a: list[str], ct: str) -> str:
+    """<< and >> on integers, as ATen's CUDA kernels: in the result's own width (an int8 computed as int
+    shifts as int8), a shift past it or negative gives 0 (left) or the sign (right)."""
+    storage = _SHIFT_STORAGE.get(node.dtype)
+    if storage is None or _is_float(ct):
+        raise LoweringError(f"shifts of {node.dtype}")
+    return f"(({ct})ca_{kind}<{storage}>({a[0]}, {a[1]}))"
+
+
 def _floats_only(name: str, ct: str) -> str:
     """'' for a float compute type (the caller goes on to emit), else a LoweringError."""
     if not _is_float(ct):
@@ -282,6 +294,8 @@ OPS: dict[str, Callable[[Node, list[str], str], str]] = {
     "polygamma": lambda n, a, ct: _floats_only("polygamma", ct) or f"ca_polygamma({int(n.attrs.get('n', 0))}, {a[0]})",
     "special_zeta": lambda n, a, ct: _floats_only("zeta", ct) or f"ca_zeta({a[0]}, {a[1]})",
     "nextafter": _float_math2("nextafter"),
+    "__lshift__": lambda n, a, ct: _shift("shl", n, a, ct), "bitwise_left_shift": lambda n, a, ct: _shift("shl", n, a, ct),
+    "__rshift__": lambda n, a, ct: _shift("shr", n, a, ct), "bitwise_right_shift": lambda n, a, ct: _shift("shr", n, a, ct),
     "floor": _unary_math("floor"), "ceil": _unary_math("ceil"), "trunc": _unary_math("trunc"),
     "round": _unary_math("rint"),
     "reciprocal": lambda n, a, ct: f"({literal(1, ct)} / {a[0]})",
@@ -350,6 +364,8 @@ SUPPORTED_OVERLOADS = {
     "bitwise_and": {"Tensor", "Scalar"}, "bitwise_or": {"Tensor", "Scalar"}, "bitwise_xor": {"Tensor", "Scalar"},
     "atan2": {"default"}, "hypot": {"default"}, "copysign": {"Tensor", "Scalar"}, "nextafter": {"default"},
     "special_zeta": {"default"}, "polygamma": {"default"}, "digamma": {"default"},
+    "__lshift__": {"Tensor", "Scalar"}, "__rshift__": {"Tensor", "Scalar"},
+    "bitwise_left_shift": {"Tensor", "Tensor_Scalar"}, "bitwise_right_shift": {"Tensor", "Tensor_Scalar"},
     "fmod": {"Tensor", "Scalar"}, "remainder": {"Tensor", "Scalar"}, "gcd": {"default"}, "lcm": {"default"},
     "eq": {"Tensor", "Scalar"}, "ne": {"Tensor", "Scalar"}, "lt": {"Tensor", "Scalar"},
     "le": {"Tensor", "Scalar"}, "gt": {"Tensor", "Scalar"}, "ge": {"Tensor", "Scalar"},
