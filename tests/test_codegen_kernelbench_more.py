@@ -510,8 +510,8 @@ def test_special_functions_match_the_model_and_compile(monkeypatch, tmp_path):
 
 
 # Thirty-first session, refused before by the op's name: slice_scatter (x[:, a:b] = v as traced) as a cat,
-# Tensor.scatter with reduce= as scatter_reduce, addmv / addbmm as a product and an add, and shifts in
-# the result's own width (counts past it or negative as ATen's kernels take them).
+# Tensor.scatter with reduce= as scatter_reduce, addmv / addbmm as a product and an add, shifts in the
+# result's own width (counts past it or negative as ATen's kernels take them), F.pdist as gathered pairs.
 MORE_OPS = {
     "slice_scatter_as_cat": T(["return torch.slice_scatter(x, x[:, 3:9] * 2, 1, 3, 9) + 1"], "[torch.randn(8, 20, 5)]"),
     "slice_assign_negative_end": T(["y = x.clone()", "y[:, -4:] = x[:, :4] + 1", "return y"], "[torch.randn(8, 20)]"),
@@ -523,6 +523,7 @@ MORE_OPS = {
     "shifts": T(["a = (x * 10).int() << 2 >> 1", "b = torch.bitwise_left_shift(x.abs().mul(9).to(torch.uint8), s.to(torch.uint8))",
                  "c = torch.bitwise_right_shift((x * 100).to(torch.int8), s.to(torch.int8))", "d = (x * 1e6).long() >> s",
                  "return a, b, c, d"], "[torch.randn(32, 40), torch.randint(0, 70, (32, 40))]", args="x, s"),
+    "pdist": T(["return F.pdist(x), F.pdist(x[:20] * 2, p=float('inf')), F.pdist(x[:9], p=0.5)"], "[torch.randn(33, 7)]"),
 }
 
 
@@ -532,6 +533,8 @@ def test_more_ops_taken_by_capture_and_pointwise_match_the_model(monkeypatch, tm
     emulate_cases(MORE_OPS, 29, monkeypatch)
     if nvrtc_info()[0]:
         compile_cases(MORE_OPS, tmp_path)
+    with pytest.raises(CodegenError, match=r"makes a tensor on the CPU .*\(device=x\.device\)"):
+        generate(load_task_from_source(T(["return x + torch.eye(8)"], "[torch.randn(8, 8)]"), "cpu_eye"))
     with pytest.raises(CodegenError, match="slice_scatter"):           # a step of 2: not a cat
         generate(load_task_from_source(T(["return torch.slice_scatter(x, x[:, ::2] * 2, 1, 0, 20, 2)"],
                                          "[torch.randn(8, 20)]"), "step2"))

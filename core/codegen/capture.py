@@ -58,6 +58,7 @@ def decomposition_table() -> Any:
     table[aten.scatter.value_reduce] = _scatter_with_reduce
     table[aten.addmv.default] = functools.partial(_add_product, torch.mv)
     table[aten.addbmm.default] = functools.partial(_add_product, lambda b1, b2: torch.bmm(b1, b2).sum(0))
+    table[aten._pdist_forward.default] = _pdist_as_pairs
     # Upsampling stays whole: partition.canonicalize makes it one move kernel with its index and
     # weight tables (torch's decompositions compute indices with aranges and write each gathered tap).
     # grid_sample and bucketize decompose: index arithmetic and gathers the families lower.
@@ -146,6 +147,27 @@ def _scatter_with_reduce(x: torch.Tensor, dim: int, index: torch.Tensor, src: An
     if not isinstance(src, torch.Tensor):
         src = torch.full(index.shape, src, dtype=x.dtype, device=x.device)
     return x.scatter_reduce(dim, index, src.to(x.dtype), "sum" if reduce == "add" else "prod", include_self=True)
+
+
+def _pdist_as_pairs(x: torch.Tensor, p: float = 2.0) -> Any:
+    """F.pdist: the p-norm of x[i] - x[j] for every pair i < j of rows, in row-major order of the upper
+    triangle. Pair k's row i is computed from k (the triangle's row starts are i * (2n - i - 1) / 2; a
+    float64 square root, then one step either way where it rounded across a start), so no index table
+    is held; j follows from i."""
+    n = x.shape[0]
+    if x.dim() != 2 or n < 2:
+        return NotImplemented
+    k = torch.arange(n * (n - 1) // 2, dtype=torch.int64, device=x.device)
+    b = 2 * n - 1
+    i = torch.floor((b - torch.sqrt((b * b - 8 * k).to(torch.float64))) / 2).to(torch.int64)
+
+    def start(r: torch.Tensor) -> torch.Tensor:
+        return r * (2 * n - r - 1) // 2
+
+    i = torch.where(start(i + 1) <= k, i + 1, i)
+    i = torch.where(start(i) > k, i - 1, i)
+    j = k - start(i) + i + 1
+    return torch.linalg.vector_norm(x[i] - x[j], ord=p, dim=-1)
 
 
 def _add_product(product: Callable, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta: Any = 1,
@@ -434,6 +456,13 @@ def _export(model: torch.nn.Module, inputs: list, name: str) -> torch.export.Exp
             return exported.run_decompositions(decomposition_table())
     except Exception as exc:
         first = str(exc).strip().split("\n")[0][:300]
+        if "same device" in str(exc):
+            # Capture traces on "meta"; a tensor forward makes without a device is on the CPU.
+            raise CodegenError(f"Task '{name}': Model.forward makes a tensor on the CPU (torch.eye(n), "
+                               f"torch.ones(n), torch.tensor([...]) without device=) and uses it with its "
+                               f"inputs, which code generation traces on another device "
+                               f"({type(exc).__name__}: {first}). Make it on the inputs' device "
+                               f"(device=x.device) or register it as a buffer of the Model.", task=name) from exc
         raise CodegenError(f"Task '{name}': torch.export could not trace Model.forward to ATen "
                            f"({type(exc).__name__}: {first}). Data-dependent control flow, "
                            f".item() calls and Python-side loops over tensor values cannot be "

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from core.codegen.cuda_emit import COMPUTE_CTYPE, PRELUDE, STORAGE_CTYPE, load_expr
 from core.codegen.errors import CodegenError
@@ -234,20 +234,26 @@ LONG_KNOBS = [
 LONG_LOCAL_CHUNK = Knob("CHUNK", (16384, 32768, 65536, 8192, 4096), "elements of a row one block takes the first k of")
 
 
-def _lower_long(graph: Graph, kernel: str, node: Node, src: Any, geo: _Geometry, outputs: list[str],
-                roles: list[str], count: int) -> Lowering:
-    """Rows longer than MAX_ROW: three kernels (see `_emit_long`)."""
-    values = {v.name: v for v in graph.inputs}
-    values.update({n.name: n for n in graph.nodes})
-    pair_bytes = geo.key_bytes + 4
-    taken = {v.name for v in graph.inputs} | set(values) | set(graph.constants) | {"BLOCK", "CHUNK"}
+def _scratch_namer(graph: Graph, reserved: set[str]) -> Callable[[str], str]:
+    """Names for scratch buffers that take no name of the graph's values or constants, nor `reserved`
+    (the knobs, which the source #defines): a clash gets underscores in front."""
+    taken = {v.name for v in graph.inputs} | {n.name for n in graph.nodes} | set(graph.constants) | reserved
 
     def scratch(name: str) -> str:
         while name in taken:
             name = "_" + name
         taken.add(name)
         return name
+    return scratch
 
+
+def _lower_long(graph: Graph, kernel: str, node: Node, src: Any, geo: _Geometry, outputs: list[str],
+                roles: list[str], count: int) -> Lowering:
+    """Rows longer than MAX_ROW: three kernels (see `_emit_long`)."""
+    values = {v.name: v for v in graph.inputs}
+    values.update({n.name: n for n in graph.nodes})
+    pair_bytes = geo.key_bytes + 4
+    scratch = _scratch_namer(graph, {"BLOCK", "CHUNK"})
     keys, pos = scratch(f"{kernel}_keys"), scratch(f"{kernel}_pos")
     # topk of a few: each chunk's first k from per-thread candidates (the chunk is not sorted whole).
     local_kp = 1 << (count - 1).bit_length() if node.base == "topk" and count <= LOCAL_MAX_K else 0
@@ -309,14 +315,7 @@ def _lower_radix(graph: Graph, kernel: str, node: Node, src: Any, geo: _Geometry
     """kthvalue / median / nanmedian of rows longer than MAX_ROW: a radix select (see `_emit_radix`)."""
     values = {v.name: v for v in graph.inputs}
     values.update({n.name: n for n in graph.nodes})
-    taken = {v.name for v in graph.inputs} | set(values) | set(graph.constants)
-
-    def scratch(name: str) -> str:
-        while name in taken:
-            name = "_" + name
-        taken.add(name)
-        return name
-
+    scratch = _scratch_namer(graph, {"BLOCK", "SEG"})
     prefix, rank, work, counts = (scratch(f"{kernel}_{n}") for n in ("prefix", "rank", "work", "counts"))
     L, R = geo.length, geo.rows
     key_bits = 8 * geo.key_bytes
