@@ -511,7 +511,8 @@ def test_special_functions_match_the_model_and_compile(monkeypatch, tmp_path):
 
 # Thirty-first session, refused before by the op's name: slice_scatter (x[:, a:b] = v as traced) as a cat,
 # Tensor.scatter with reduce= as scatter_reduce, addmv / addbmm as a product and an add, shifts in the
-# result's own width (counts past it or negative as ATen's kernels take them), F.pdist as gathered pairs.
+# result's own width (counts past it or negative as ATen's kernels take them), F.pdist as gathered pairs,
+# diagonal_scatter as a where over diag_embed.
 MORE_OPS = {
     "slice_scatter_as_cat": T(["return torch.slice_scatter(x, x[:, 3:9] * 2, 1, 3, 9) + 1"], "[torch.randn(8, 20, 5)]"),
     "slice_assign_negative_end": T(["y = x.clone()", "y[:, -4:] = x[:, :4] + 1", "return y"], "[torch.randn(8, 20)]"),
@@ -523,6 +524,10 @@ MORE_OPS = {
     "shifts": T(["a = (x * 10).int() << 2 >> 1", "b = torch.bitwise_left_shift(x.abs().mul(9).to(torch.uint8), s.to(torch.uint8))",
                  "c = torch.bitwise_right_shift((x * 100).to(torch.int8), s.to(torch.int8))", "d = (x * 1e6).long() >> s",
                  "return a, b, c, d"], "[torch.randn(32, 40), torch.randint(0, 70, (32, 40))]", args="x, s"),
+    "diagonal_scatter": T(["a = torch.diagonal_scatter(x, torch.diagonal(x, 1, 1, 2) * 3, 1, 1, 2)",
+                           "b = torch.diagonal_scatter(x[0, :, :3], x.new_ones(1) * 5, -5, 0, 1)",
+                           "c = torch.diagonal_scatter(x, torch.diagonal(x, 0, 2, 1).exp(), 0, 2, 1)", "return a, b, c"],
+                          "[torch.randn(4, 6, 7)]"),
     "pdist": T(["return F.pdist(x), F.pdist(x[:20] * 2, p=float('inf')), F.pdist(x[:9], p=0.5)"], "[torch.randn(33, 7)]"),
 }
 

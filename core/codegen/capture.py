@@ -59,6 +59,7 @@ def decomposition_table() -> Any:
     table[aten.addmv.default] = functools.partial(_add_product, torch.mv)
     table[aten.addbmm.default] = functools.partial(_add_product, lambda b1, b2: torch.bmm(b1, b2).sum(0))
     table[aten._pdist_forward.default] = _pdist_as_pairs
+    table[aten.diagonal_scatter.default] = _diagonal_scatter_as_where
     # Upsampling stays whole: partition.canonicalize makes it one move kernel with its index and
     # weight tables (torch's decompositions compute indices with aranges and write each gathered tap).
     # grid_sample and bucketize decompose: index arithmetic and gathers the families lower.
@@ -147,6 +148,28 @@ def _scatter_with_reduce(x: torch.Tensor, dim: int, index: torch.Tensor, src: An
     if not isinstance(src, torch.Tensor):
         src = torch.full(index.shape, src, dtype=x.dtype, device=x.device)
     return x.scatter_reduce(dim, index, src.to(x.dtype), "sum" if reduce == "add" else "prod", include_self=True)
+
+
+def _diagonal_scatter_as_where(x: torch.Tensor, src: torch.Tensor, offset: int = 0, dim1: int = 0,
+                               dim2: int = 1) -> torch.Tensor:
+    """torch.diagonal_scatter: where(on the diagonal, src placed by diag_embed, x). diag_embed makes
+    both dims len + |offset| long; each is cut or zero-padded to x's size (the diagonal lies inside)."""
+    dim1, dim2 = dim1 % x.dim(), dim2 % x.dim()
+    placed = torch.diag_embed(src.to(x.dtype), offset, min(dim1, dim2), max(dim1, dim2))
+    if dim1 > dim2:                                    # diag_embed takes the smaller dim as the rows
+        placed = placed.transpose(dim1, dim2)
+    for d in (dim1, dim2):
+        have, want = placed.shape[d], x.shape[d]
+        if have > want:
+            placed = placed.narrow(d, 0, want)
+        elif have < want:
+            pad = [0, 0] * (x.dim() - 1 - d) + [0, want - have]
+            placed = torch.nn.functional.pad(placed, pad)
+    shape1, shape2 = [1] * x.dim(), [1] * x.dim()
+    shape1[dim1], shape2[dim2] = x.shape[dim1], x.shape[dim2]
+    i = torch.arange(x.shape[dim1], device=x.device).reshape(shape1)
+    j = torch.arange(x.shape[dim2], device=x.device).reshape(shape2)
+    return torch.where(j - i == offset, placed, x)
 
 
 def _pdist_as_pairs(x: torch.Tensor, p: float = 2.0) -> Any:
