@@ -11,7 +11,7 @@ from typing import Callable
 
 import torch
 
-from core.codegen.cuda_emit import literal, math_fn
+from core.codegen.cuda_emit import STORAGE_CTYPE, literal, math_fn
 from core.codegen.graph import Node
 
 # Ops whose operands are compared in their promoted type and whose result is bool.
@@ -244,16 +244,15 @@ class LoweringError(Exception):
     """An op (or an op with these arguments) that the pointwise family cannot emit."""
 
 
-_SHIFT_STORAGE = {"int8": "signed char", "uint8": "unsigned char", "int16": "short", "int32": "int", "int64": "long long"}
+_SHIFTED = ("int8", "uint8", "int16", "int32", "int64")
 
 
 def _shift(kind: str, node: Node, a: list[str], ct: str) -> str:
     """<< and >> on integers, as ATen's CUDA kernels: in the result's own width (an int8 computed as int
     shifts as int8), a shift past it or negative gives 0 (left) or the sign (right)."""
-    storage = _SHIFT_STORAGE.get(node.dtype)
-    if storage is None or _is_float(ct):
+    if node.dtype not in _SHIFTED or _is_float(ct):
         raise LoweringError(f"shifts of {node.dtype}")
-    return f"(({ct})ca_{kind}<{storage}>({a[0]}, {a[1]}))"
+    return f"(({ct})ca_{kind}<{STORAGE_CTYPE[node.dtype]}>({a[0]}, {a[1]}))"
 
 
 def _floats_only(name: str, ct: str) -> str:

@@ -467,11 +467,16 @@ def _func_attr(f, attribute: int) -> int:
     return int(cupy.cuda.driver.funcGetAttribute(attribute, f.ptr))
 
 
-def opt_in_shared(f, dynamic: int) -> None:
+def opt_in_shared(f, dynamic: int, static: int | None = None) -> None:
     """Let kernel `f` launch with `dynamic` bytes of dynamic shared memory. Past 48 KiB together with its
-    static shared memory CUDA needs an opt-in; without one the launch fails with "invalid argument"
-    (48 KiB of dynamic memory beside a 16-byte static array did, on an H100)."""
-    if dynamic and dynamic + _func_attr(f, _ATTR_SHARED_SIZE_BYTES) > 48 * 1024:
+    static shared memory (`static`, read from the function when not given) CUDA needs an opt-in; without
+    one the launch fails with "invalid argument" (48 KiB of dynamic memory beside a 16-byte static
+    array did, on an H100)."""
+    if not dynamic:
+        return
+    if static is None:
+        static = _func_attr(f, _ATTR_SHARED_SIZE_BYTES)
+    if dynamic + static > 48 * 1024:
         import cupy
 
         cupy.cuda.driver.funcSetAttribute(f.ptr, _ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic)
@@ -542,7 +547,7 @@ class BoundProgram:
                 raise CandidateFailure(Status.REJECTED, f"launch plan: kernel '{launch.kernel}' asks for "
                                        f"{launch.shared_bytes} bytes of dynamic shared memory beside its {static} "
                                        f"static bytes; a block of this GPU may have {limits.max_shared_bytes}")
-            opt_in_shared(f, launch.shared_bytes)
+            opt_in_shared(f, launch.shared_bytes, static)
             args = []
             for a in launch.args:
                 if isinstance(a, TensorArg):
