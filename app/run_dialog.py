@@ -100,6 +100,11 @@ class RunDialog(QDialog):
                                      f"a GPU run is added when it ends ({user_memory_path()})")
         self.memory_check.setChecked(settings.value(KEY + "memory", False, type=bool))
         form.addRow("Memory:", self.memory_check)
+        self.default_start_check = QCheckBox("Start from the default schedule")
+        self.default_start_check.setToolTip("Off: PPO's first candidate is the schedule its memory of similar tasks "
+                                            "ranks highest (the other policies always start from the default)")
+        self.default_start_check.setChecked(settings.value(KEY + "from_default", False, type=bool))
+        form.addRow("Start:", self.default_start_check)
 
         self.problem = QLabel("")
         self.problem.setObjectName("dialogProblem")
@@ -177,7 +182,7 @@ class RunDialog(QDialog):
                          program=Path(program).expanduser() if program else None,
                          policy=self.policy_combo.currentData(), budget=self.budget_spin.value(),
                          seconds=seconds, seed=self.seed_spin.value(), replay=replay,
-                         memory=self.memory_check.isChecked())
+                         memory=self.memory_check.isChecked(), from_default=self.default_start_check.isChecked())
 
     def remember(self) -> None:
         s = self.settings
@@ -186,4 +191,5 @@ class RunDialog(QDialog):
         s.setValue(KEY + "seconds", float(self.seconds_spin.value()))
         s.setValue(KEY + "seed", self.seed_spin.value())
         s.setValue(KEY + "memory", self.memory_check.isChecked())
+        s.setValue(KEY + "from_default", self.default_start_check.isChecked())
         s.setValue(KEY + "replay", self.replay_edit.text())

@@ -1,7 +1,7 @@
 """How the held-out replay figure depends on the number of seeds (issue 4; CPU only).
 
     PYTHONPATH=. python scripts/heldout_seeds.py TRIALS.jsonl --run RECORD.cuagent ... \
-        [--policies random ppo ppo-untrained] [--seeds 30] [--weights W.json]
+        [--policies random ppo ppo-untrained] [--seeds 30] [--weights W.json] [--from-default]
     PYTHONPATH=. python scripts/heldout_seeds.py TRIALS.jsonl ...          # report only
 
 With --run, runs benchmark.run_trial for every record, policy and seed 0..seeds-1 not yet in the
@@ -20,7 +20,8 @@ from pathlib import Path
 BUDGET = 100     # evaluations per trial, as `cuda-agent bench-search`'s default
 
 
-def run(out: Path, records: list[str], policies: list[str], seeds: int, weights: str | None) -> None:
+def run(out: Path, records: list[str], policies: list[str], seeds: int, weights: str | None,
+        memory_start: bool = True) -> None:
     from core.search.benchmark import run_trial
 
     done = {(t["record"], t["policy"], t["seed"]) for t in read([out])}
@@ -30,7 +31,8 @@ def run(out: Path, records: list[str], policies: list[str], seeds: int, weights:
                 for seed in range(seeds):
                     if (str(record), policy, seed) in done:
                         continue
-                    trial = run_trial(record, policy, seed, BUDGET, weights=weights if policy == "ppo" else None)
+                    trial = run_trial(record, policy, seed, BUDGET, weights=weights if policy == "ppo" else None,
+                                      memory_start=memory_start)
                     f.write(json.dumps(dataclasses.asdict(trial)) + "\n")
                     f.flush()
 
@@ -64,9 +66,10 @@ def main() -> int:
     ap.add_argument("--policies", nargs="+", default=["random", "ppo", "ppo-untrained"])
     ap.add_argument("--seeds", type=int, default=30)
     ap.add_argument("--weights", help="PPO weights for 'ppo' (default: the shipped ones)")
+    ap.add_argument("--from-default", action="store_true", help="ppo starts from the default, not the memory's pick")
     args = ap.parse_args()
     if args.run:
-        run(args.trials[0], args.run, args.policies, args.seeds, args.weights)
+        run(args.trials[0], args.run, args.policies, args.seeds, args.weights, memory_start=not args.from_default)
     print(report(read(args.trials)))
     return 0
 

@@ -36,9 +36,9 @@ class CountingOptimizer(Optimizer):
         self.failed = 0          # candidates that were not correct: predictions assume they are
         self._move_label = ("", 0)
 
-    def _evaluate(self, candidate, branch_id, parent_id, label, step, ahead=None):
+    def _evaluate(self, candidate, branch_id, parent_id, label, step, ahead=None, extra=None):
         self._move_label = (label, step)
-        return super()._evaluate(candidate, branch_id, parent_id, label, step, ahead)
+        return super()._evaluate(candidate, branch_id, parent_id, label, step, ahead, extra)
 
     def _measure(self, candidate, ahead):
         key = self._hash(dict(candidate.schedule))

@@ -245,7 +245,7 @@ def test_the_run_dialog_offers_every_policy_and_says_when_ppo_has_no_pretrained_
         assert dialog.config().policy == "ppo-untrained"
 
 
-def test_the_run_dialog_turns_the_memory_on_or_off_and_remembers_the_choice(qtbot, tmp_path):
+def test_the_run_dialog_sets_the_memory_and_the_start_and_remembers_them(qtbot, tmp_path):
     from PySide6.QtCore import QSettings
 
     import app.run_dialog as run_dialog
@@ -254,9 +254,12 @@ def test_the_run_dialog_turns_the_memory_on_or_off_and_remembers_the_choice(qtbo
     dialog = run_dialog.RunDialog(TASK_PATH, "act_gelu", settings, "no GPU here")
     qtbot.addWidget(dialog)
     assert not dialog.memory_check.isChecked() and not dialog.config().memory   # off by default, as the CLI
+    assert not dialog.config().from_default                                     # the memory's pick first
     dialog.memory_check.setChecked(True)
-    assert dialog.config().memory is True
+    dialog.default_start_check.setChecked(True)
+    assert dialog.config().memory is True and dialog.config().from_default is True
     dialog.remember()
     again = run_dialog.RunDialog(TASK_PATH, "act_gelu", settings, "no GPU here")
     qtbot.addWidget(again)
     assert again.memory_check.isChecked() and again.config().memory is True
+    assert again.default_start_check.isChecked() and again.config().from_default is True

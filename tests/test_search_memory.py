@@ -205,6 +205,29 @@ def test_ppo_recalls_the_users_runs_and_a_replay_is_not_remembered(record, tmp_p
     assert "recall" not in setup.optimizer.policy.state_dict()
 
 
+@pytest.mark.parametrize("from_default", [False, True])
+def test_ppo_starts_from_its_memorys_first_pick_unless_told_the_default(record, tmp_path, from_default):
+    from core.project import Project
+    from core.search.memory import ranked_schedules
+    from core.search.session import open_run
+
+    setup = open_run(_replay_config(record, tmp_path, from_default=from_default))
+    try:
+        opt = setup.optimizer
+        votes = opt.policy.votes(opt.task, opt.space)
+        assert votes      # the shipped weights' memory votes for this one-kernel task
+        top = next(s for s in ranked_schedules(votes, {k.name: k.values for k in opt.space.knobs}, opt.space.default())
+                   if opt.space.legal(s))
+        assert top != opt.space.default()      # else the two starts could not be told apart
+        assert any("memory ranks highest" in n for n in setup.notes) is not from_default
+        opt.run()
+    finally:
+        setup.close()
+    with Project.open(tmp_path / "ppo.cuagent", readonly=True) as project:
+        first = next(project.candidates(limit=1))
+    assert dict(first.schedule) == (opt.space.default() if from_default else top)
+
+
 def test_the_other_policies_and_no_memory_recall_nothing(record, tmp_path, own_memory_file):
     from core.search.memory import remember
     from core.search.session import open_run
@@ -286,3 +309,21 @@ def test_a_replay_trial_can_leave_its_project_to_be_remembered(record, tmp_path)
     assert kept.is_file() and trial.evaluations == 12
     entry = entry_from_record(kept)
     assert entry is not None and entry.task == "act_gelu"
+
+
+def test_a_run_that_starts_from_the_memorys_pick_notes_the_default_for_its_replays(record, tmp_path):
+    from core.project import Project
+    from core.search.benchmark import record_default, search_record
+    from core.search.policies import make_policy
+
+    kept = tmp_path / "ppo.cuagent"
+    search_record(record, lambda space: make_policy("ppo", space), "ppo", 0, 6, "skip", keep=kept)
+    with Project.open(record, readonly=True) as source:
+        program, default = record_default(source)     # the sweep started from the default
+    assert default is not None and default.candidate_hash == program.content_hash()
+    with Project.open(kept, readonly=True) as made:
+        first = next(made.candidates(limit=1))
+        assert first.candidate_hash != program.content_hash()     # the run started from the memory's pick
+        assert first.extra["default"] == program.schedule
+        replayed, _ = record_default(made)
+    assert replayed.content_hash() == program.content_hash()     # a replay of it searches from the default

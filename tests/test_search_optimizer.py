@@ -682,11 +682,13 @@ class JumpPolicy(MovePolicy):
         return len(mask) - 1 if mask[-1] else self.rng.choice([i for i, ok in enumerate(mask) if ok])
 
 
-def test_a_policy_with_a_memory_can_jump_to_the_schedules_it_ranks_highest(task, record, tmp_path):
+@pytest.mark.parametrize("memory_start", [True, False])
+def test_a_policy_with_a_memory_can_jump_to_the_schedules_it_ranks_highest(task, record, tmp_path, memory_start):
     from core.search.features import ACTION_SIZE
     from core.search.memory import ranked_schedules
 
     opt, project, pool, events = make(task, record, tmp_path, budget=Budget(evaluations=100))
+    opt.memory_start = memory_start
     space = opt.space
     votes = {("BLOCK", b): w for b, w in zip((512, 256, 1024, 128, 64, 2048), (0.5, 0.2, 0.1, 0.1, 0.1, 0.0))}
     votes |= {("UNROLL", u): w for u, w in zip((4, 2, 8, 1), (0.7, 0.1, 0.1, 0.1))}
@@ -698,12 +700,14 @@ def test_a_policy_with_a_memory_can_jump_to_the_schedules_it_ranks_highest(task,
     assert all(len(m) == n_actions + 2 for m in policy.masks)     # the edits, "evaluate now", the jump
     assert all(len(s.actions) == n_actions + 2 and {len(a) for a in s.actions} == {ACTION_SIZE}
                for s in policy.states)
-    # every evaluation after the start was a jump, down the memory's ranking of legal schedules
+    # the run starts from the memory's first pick (memory_start) or the default, and every evaluation
+    # after that was a jump, down the memory's ranking of legal schedules
     order = [dict(r.schedule) for r in sorted(project.candidates(), key=lambda r: r.id)]
+    assert order[0] == ({"BLOCK": 512, "UNROLL": 4} if memory_start else space.default())
+    assert order[0] != space.default() or not memory_start      # these votes do not rank the default first
     ranking = [s for s in ranked_schedules(votes, {k.name: k.values for k in space.knobs}, space.default())
                if space.legal(s) and s != order[0]]
     assert order[1:] == ranking
-    assert order[1] == {"BLOCK": 512, "UNROLL": 4}
     assert all(r.origin.startswith("jumps:memory: ") for r in project.candidates() if r.parent_id is not None)
     project.close()
 
@@ -734,9 +738,10 @@ def test_a_one_edit_policy_with_a_memory_sees_the_jump_after_its_edits(task, rec
     n_actions = len(opt.space.actions)
     assert policy.masks and all(len(m) == n_actions + 1 for m in policy.masks)
     schedules = [dict(r.schedule) for r in sorted(project.candidates(), key=lambda r: r.id)]
-    # BLOCK has no votes, so jumps keep its default (256); UNROLL walks down its votes, and once the
-    # ranking holds nothing new (UNROLL=1 is the start) the jump is masked and an edit follows
-    assert [s["UNROLL"] for s in schedules[1:4]] == [4, 2, 8] and {s["BLOCK"] for s in schedules[:4]} == {256}
+    # BLOCK has no votes, so the start and the jumps keep its default (256); the run starts from the
+    # memory's first pick (UNROLL=4) and walks down UNROLL's votes (ties in the knob's order), and
+    # once the ranking holds nothing new the jump is masked and an edit follows
+    assert [s["UNROLL"] for s in schedules[:4]] == [4, 1, 2, 8] and {s["BLOCK"] for s in schedules[:4]} == {256}
     assert len(schedules) == 5 and schedules[4]["BLOCK"] != 256 and not policy.masks[-1][-1]
     project.close()
 

@@ -62,7 +62,8 @@ _CONSTRAINTS: dict[tuple[str, str], list[Any]] = {}     # generating is slow; tr
 
 
 def run_trial(record: str | Path, policy: str, seed: int, budget: int,
-              target_fraction: float = TARGET_FRACTION, weights: str | Path | None = None) -> Trial:
+              target_fraction: float = TARGET_FRACTION, weights: str | Path | None = None,
+              memory_start: bool = True) -> Trial:
     from .policies import make_policy
 
     if policy == BLIND:
@@ -71,20 +72,20 @@ def run_trial(record: str | Path, policy: str, seed: int, budget: int,
     def build(space: Any) -> Any:
         return make_policy(policy, space, seed=seed, weights=weights if policy == "ppo" else None)
 
-    return search_record(record, build, policy, seed, budget, "skip", target_fraction=target_fraction)
+    return search_record(record, build, policy, seed, budget, "skip", target_fraction=target_fraction,
+                         memory_start=memory_start)
 
 
 def search_record(record: str | Path, build_policy: Callable[[Any], Any], label: str, seed: int, budget: int,
                   unrecorded: str, target_fraction: float = TARGET_FRACTION, max_idle_episodes: int = 50,
                   start: dict[str, int] | None = None, target_bonus: float = 0.0,
-                  keep: str | Path | None = None) -> Trial:
-    """Run the optimiser on a replay of one record from the record's first candidate (the default
-    schedule where the recorded search started), with build_policy(space) as the policy, in a
+                  keep: str | Path | None = None, memory_start: bool = True) -> Trial:
+    """Run the optimiser on a replay of one record, over the space of its default program
+    (record_default), with build_policy(space) as the policy, in a
     throw-away project (or in `keep`, a new project file left behind); the Trial notes when a
     candidate first came within target_fraction of the record's best time. Training only: `start`
     is another schedule to start from (the default stays the program's), and `target_bonus` is paid
     once per episode for reaching the target (RewardConfig.target_bonus)."""
-    from core.program import KernelProgram
     from core.project import Project
 
     from .events import CandidateEvaluated
@@ -99,10 +100,10 @@ def search_record(record: str | Path, build_policy: Callable[[Any], Any], label:
         if not best:
             raise ValueError(f"{record} has no measured candidate to aim at")
         best_known = best[0].median_ms
-        first = next(source.candidates(limit=1))
-        program = KernelProgram.from_json(first.program)
+        program, default = record_default(source)
         hardware = source.hardware
-    default_hit = first.status == "measured" and first.median_ms <= best_known / target_fraction
+    default_hit = (default is not None and default.status == "measured"
+                   and default.median_ms <= best_known / target_fraction)
     pool = ReplayPool.from_files([record])
     reached: list[int] = []
 
@@ -117,7 +118,7 @@ def search_record(record: str | Path, build_policy: Callable[[Any], Any], label:
             space = ScheduleSpace.from_program(program, task, constraints=generator_constraints(task, program))
             opt = Optimizer(task, program, pool, project, build_policy(space), Budget(evaluations=budget), [watch],
                             seed=seed, space=space, unrecorded=unrecorded, resume=False,
-                            max_idle_episodes=max_idle_episodes, start=start,
+                            max_idle_episodes=max_idle_episodes, start=start, memory_start=memory_start,
                             reward=RewardConfig(target_ms=best_known / target_fraction, target_bonus=target_bonus)
                             if target_bonus else None)
             summary = opt.run()
@@ -127,9 +128,26 @@ def search_record(record: str | Path, build_policy: Callable[[Any], Any], label:
                  summary.best_ms, best_known, default_hit)
 
 
+def record_default(source: Any) -> tuple[Any, Any]:
+    """(the program at the default schedule where the recorded search started, its record or None).
+    That is the record's first candidate, unless that run started elsewhere (from the memory's pick)
+    and noted the default in the start's extra["default"]."""
+    from core.program import KernelProgram
+
+    first = next(source.candidates(limit=1))
+    program = KernelProgram.from_json(first.program)
+    default = first.extra.get("default")
+    if not default:
+        return program, first
+    program = program.with_schedule(default)
+    h = program.content_hash()
+    return program, next((r for r in source.candidates() if r.candidate_hash == h), None)
+
+
 def blind_trial(record: str | Path, seed: int, budget: int, target_fraction: float = TARGET_FRACTION) -> Trial:
-    """Random sampling without the optimiser: the record's first candidate (the default schedule),
-    then its other distinct candidates in an order shuffled by `seed`, each one evaluation."""
+    """Random sampling without the optimiser: the record's default schedule (record_default) when
+    it was measured, then its other distinct candidates in an order shuffled by `seed`, each one
+    evaluation."""
     import random
 
     from core.project import Project
@@ -144,6 +162,9 @@ def blind_trial(record: str | Path, seed: int, budget: int, target_fraction: flo
             raise ValueError(f"{record} has no measured candidate to aim at")
         best_known = best[0].median_ms
         seen: dict[str, float | None] = {}
+        _, default = record_default(source)
+        if default is not None and default.status in FINAL and default.reason != NOT_RECORDED:
+            seen[default.candidate_hash] = default.median_ms if default.status == "measured" else None
         for rec in source.candidates(status=FINAL):
             if rec.kind == "program" and rec.reason != NOT_RECORDED:
                 seen.setdefault(rec.candidate_hash, rec.median_ms if rec.status == "measured" else None)
@@ -172,14 +193,16 @@ def score(policy_median: float, random_median: float) -> float | None:
 
 
 def compare(records: list[str | Path], policies: list[str], seeds: int, budget: int,
-            progress: Callable[[Trial], None] | None = None, weights: str | Path | None = None) -> list[Trial]:
+            progress: Callable[[Trial], None] | None = None, weights: str | Path | None = None,
+            memory_start: bool = True) -> list[Trial]:
     """Every policy (random and blind sampling always, first) on every record with seeds
-    0..seeds-1; `weights` are the PPO weights "ppo" starts from (default: the shipped ones)."""
+    0..seeds-1; `weights` are the PPO weights "ppo" starts from (default: the shipped ones);
+    memory_start False starts a policy with a memory from the default, as the others."""
     trials = []
     for record in records:
         for policy in dict.fromkeys(["random", BLIND, *policies]):      # random first: the scale's zero
             for seed in range(seeds):
-                trial = run_trial(record, policy, seed, budget, weights=weights)
+                trial = run_trial(record, policy, seed, budget, weights=weights, memory_start=memory_start)
                 trials.append(trial)
                 if progress:
                     progress(trial)

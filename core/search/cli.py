@@ -43,6 +43,9 @@ def add_run_parser(sub: Any) -> None:
     p.add_argument("--memory", action="store_true",
                    help="ppo also recalls your earlier GPU runs, and this run is remembered when it ends "
                         "(the memory file: $CUDA_AGENT_MEMORY, else ~/.cuda-agent/memory.json; off by default)")
+    p.add_argument("--from-default", action="store_true",
+                   help="ppo starts from the generator's default schedule, not from the one the memory of its "
+                        "weights ranks highest for this task")
     p.add_argument("--budget", type=int, default=100, help="evaluations (default 100)")
     p.add_argument("--seconds", type=float, help="wall-time budget in seconds")
     p.add_argument("--episode", type=int, default=8, help="edits per episode (default 8)")
@@ -76,6 +79,8 @@ def add_bench_search_parser(sub: Any) -> None:
     p.add_argument("--seeds", type=int, default=5, help="trials per policy and record (default 5)")
     p.add_argument("--budget", type=int, default=100, help="evaluations per trial (default 100)")
     p.add_argument("--out", help="also write the Markdown table to this file")
+    p.add_argument("--from-default", action="store_true",
+                   help="start ppo from the default schedule, not from the one its memory ranks highest")
     p.set_defaults(func=cmd_bench_search)
 
 
@@ -298,7 +303,7 @@ def cmd_bench_search(args: argparse.Namespace) -> int:
         try:
             trials = compare(args.records, args.policies, args.seeds, args.budget,
                              progress=lambda t: progress.update(bar, advance=1, description=f"{t.task} {t.policy}"),
-                             weights=args.weights)
+                             weights=args.weights, memory_start=not args.from_default)
         except (ProjectError, ValueError) as exc:
             return _fail(f"[red]bench-search:[/red] {exc}")
     table = markdown(trials, args.budget, _trained_on(args.weights) if "ppo" in args.policies else ())
@@ -471,7 +476,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                        replay=list(args.replay), skip_unrecorded=args.skip_unrecorded, device=args.device,
                        weights=args.weights, compile_ahead=args.compile_ahead,
                        compile_workers=args.compile_workers, confirm_rounds=args.confirm_rounds,
-                       memory=args.memory)
+                       memory=args.memory, from_default=args.from_default)
     status = console.status("starting the evaluator and measuring baselines...")
 
     def starting(text: str) -> None:

@@ -72,7 +72,7 @@ class Optimizer:
                  reward: RewardConfig | None = None, unrecorded: str = "penalise",
                  space: ScheduleSpace | None = None, gpu: dict[str, Any] | None = None,
                  max_idle_episodes: int = 50, resume: bool = True, compile_ahead: int = 0,
-                 confirm_rounds: int = 0, start: dict[str, int] | None = None):
+                 confirm_rounds: int = 0, start: dict[str, int] | None = None, memory_start: bool = True):
         if unrecorded not in ("penalise", "skip", "mask"):
             raise ValueError("unrecorded must be 'penalise', 'skip' or 'mask'")
         self.task, self.program, self.pool, self.project, self.policy = task, program, pool, project, policy
@@ -103,6 +103,9 @@ class Optimizer:
         # Where the first episode starts (measured first, like the default it replaces); None: the
         # default schedule. Training uses it to start visits from other recorded schedules.
         self.start = dict(start) if start is not None else None
+        # Without `start`, a policy with a memory starts from the schedule its memory ranks highest
+        # (its first jump, taken before anything is measured) instead of the default.
+        self.memory_start = memory_start
         self._compiler: ThreadPoolExecutor | None = None
         self._measurer: ThreadPoolExecutor | None = None
         self._ahead: dict[str, Future] = {}
@@ -310,7 +313,7 @@ class Optimizer:
     def _loop(self) -> str:
         started = time.monotonic()
         # A branch's first start: its fallback.
-        first = _Start(1, None, dict(self.start) if self.start is not None else self.space.default())
+        first = _Start(1, None, self._first_schedule())
         start = first
         idle = 0
         while True:
@@ -332,6 +335,17 @@ class Optimizer:
                 return "exhausted"
             if outcome != "forked":
                 start = self._next_start(first.branch_id) or first
+
+    def _first_schedule(self) -> dict[str, int]:
+        """Where the main branch starts: `start`; else the memory's highest-ranked legal schedule
+        (memory_start, a policy with votes for this task); else the default."""
+        if self.start is not None:
+            return dict(self.start)
+        if self.memory_start and self._policy_votes():
+            top = self._jump_target(0)
+            if top is not None:
+                return dict(top)
+        return self.space.default()
 
     def _next_start(self, branch_id: int, remember: bool = True) -> _Start | None:
         """The fastest correct candidate of the branch that still has a new neighbour: episodes
@@ -379,15 +393,20 @@ class Optimizer:
                median: float | None, edits: int = 0) -> SearchState:
         features = state_vector(self.space, self.task, self.gpu, schedule, status, measurement, self._eager_ms,
                                 step, self.episode_length, edits)
-        if not self._votes_asked:
-            votes = getattr(self.policy, "votes", None)      # plug-in policies need not have a memory
-            self._votes, self._votes_asked = (votes(self.task, self.space) if votes else None), True
+        self._policy_votes()
         actions = action_features(self.space, schedule, evaluate=self.policy.max_edits > 1, votes=self._votes)
         if self._votes:
             jump = self._jump(schedule)
             actions.append(jump_vector(self.space, schedule, jump[0], self._votes, jump[1]) if jump
                            else [0.0] * ACTION_SIZE)
         return SearchState(dict(schedule), features, step, status, median, actions)
+
+    def _policy_votes(self) -> dict | None:
+        """The policy's memory of similar tasks, asked once (after any checkpoint loads)."""
+        if not self._votes_asked:
+            votes = getattr(self.policy, "votes", None)      # plug-in policies need not have a memory
+            self._votes, self._votes_asked = (votes(self.task, self.space) if votes else None), True
+        return self._votes
 
     def _jump_index(self) -> int | None:
         """The "jump" action's index (after the edits and "evaluate now"), for a policy with votes."""
@@ -398,25 +417,30 @@ class Optimizer:
     def _jump(self, schedule: dict[str, int]) -> tuple[dict[str, int], int] | None:
         """(the new legal schedule the memory ranks highest, its place in that ranking), or None when
         the ranking has nothing new left (it is cut at memory.ranked_schedules' limit)."""
-        if self._jump_source is None:
-            self._jump_source = ranked_schedules(self._votes or {}, {k.name: k.values for k in self.space.knobs},
-                                                 self.space.default())
         index = self._jump_known
         while True:
-            if index == len(self._jump_ranking):
-                nxt = next(self._jump_source, None)
-                if nxt is None:
-                    return None
-                if not self.space.legal(nxt):
-                    continue
-                self._jump_ranking.append(nxt)
-            target = self._jump_ranking[index]
+            target = self._jump_target(index)
+            if target is None:
+                return None
             if target != schedule and self._is_new(target):
                 return target, index
             h = self._hash(target)
             if index == self._jump_known and (h in self._by_hash or h in self._unanswered):
                 self._jump_known += 1     # predictions' assumptions are not for good; verdicts are
             index += 1
+
+    def _jump_target(self, index: int) -> dict[str, int] | None:
+        """The index-th legal schedule in the memory's ranking, or None past its end."""
+        if self._jump_source is None:
+            self._jump_source = ranked_schedules(self._votes or {}, {k.name: k.values for k in self.space.knobs},
+                                                 self.space.default())
+        while index >= len(self._jump_ranking):
+            nxt = next(self._jump_source, None)
+            if nxt is None:
+                return None
+            if self.space.legal(nxt):
+                self._jump_ranking.append(nxt)
+        return self._jump_ranking[index]
 
     def _propose(self, state: SearchState, mask: list[bool]) -> int:
         action = self.policy.propose(state, mask, self.rng)
@@ -564,9 +588,12 @@ class Optimizer:
             reason = self._budget_reason(started)
             if reason:
                 return reason
+            # A start that is not the default notes the default, so a replay of this project knows it.
+            default = self.space.default()
             result, rec, _ = self._evaluate(self.program.with_schedule(schedule), branch_id, None, "start", -1,
                                             ahead=lambda: self._predict(schedule, 0, ("measured", None, None),
-                                                                        branch_id=branch_id))
+                                                                        branch_id=branch_id),
+                                            extra={"default": default} if schedule != default else None)
             if result is not None:
                 # Not an action, so no policy learns from it; stored like an edit with no time before it.
                 r0 = RewardTracker(self.reward_config).reward(rec.status, rec.median_ms, None, self._eager_ms,
@@ -649,7 +676,8 @@ class Optimizer:
             self._emit(NewBest(rec.id, median, (rec.measurement or {}).get("speedup_eager")))
 
     def _evaluate(self, candidate: Any, branch_id: int, parent_id: int | None, label: str, step: int,
-                  ahead: Callable[[], list[dict[str, int]]] | None = None) -> tuple[Any, CandidateRecord, bool]:
+                  ahead: Callable[[], list[dict[str, int]]] | None = None,
+                  extra: dict[str, Any] | None = None) -> tuple[Any, CandidateRecord, bool]:
         """(EvalResult or None when answered from the record, the record, counted as an evaluation).
         A fresh candidate is committed as queued, evaluated, and its verdict committed. `ahead`
         predicts the next candidates, which are compiled while this one is measured."""
@@ -659,7 +687,7 @@ class Optimizer:
             return None, known, False
         rec = CandidateRecord.from_program(candidate, branch_id=branch_id, parent_id=parent_id,
                                            origin=f"{self.policy.name}:{label}")
-        rec.extra = {"run": self.run_id, "step": step}
+        rec.extra = {"run": self.run_id, "step": step, **(extra or {})}
         self.project.add_candidate(rec)
         self._emit(CandidateProposed(rec.id, branch_id, parent_id, label, dict(candidate.schedule), step))
         result = self._measure(candidate, ahead)

@@ -45,6 +45,8 @@ class RunConfig:
     # ends (core/search/memory.py; the file is memory.user_memory_path()). Off by default: in a replay
     # of a user's sequence of tasks it helped some and hurt others (docs/search.md, "Memory").
     memory: bool = False
+    # The first candidate: the default schedule, not the one ppo's memory ranks highest (the default).
+    from_default: bool = False
 
 
 @dataclass
@@ -95,8 +97,10 @@ def _policy_note(config: RunConfig, policy: Any) -> str:
     source = config.weights or "the shipped pretrained weights"
     remembered = len(getattr(policy, "memory", []) or [])
     memory = f", remembering the near-best schedules of {remembered}" if remembered else ""
+    first = ("; its first candidate is the schedule that memory ranks highest where it has votes for this task "
+             "(--from-default: the default)") if remembered and not config.from_default else ""
     return (f"PPO starts from {source} (trained on {len(trained_on)} recorded tasks{memory}); "
-            "it keeps learning in this run")
+            f"it keeps learning in this run{first}")
 
 
 def default_program(task_name: str) -> Path:
@@ -167,7 +171,8 @@ def open_run(config: RunConfig, observers: list[Callable[[Any], None]] | None = 
         setup.optimizer = Optimizer(task, program, setup.pool, project, policy, Budget(config.budget, config.seconds),
                                     observers=observers or [], episode_length=config.episode, seed=config.seed,
                                     space=space, unrecorded="skip" if config.skip_unrecorded else "penalise",
-                                    compile_ahead=config.compile_ahead, confirm_rounds=config.confirm_rounds)
+                                    compile_ahead=config.compile_ahead, confirm_rounds=config.confirm_rounds,
+                                    memory_start=not config.from_default)
     except BaseException:
         setup.close()
         raise

@@ -9,8 +9,9 @@ family's cases (tests/test_codegen_move.py: cat, slices, chunk, unbind, pads, tr
 roll, KernelBench's exclusive cumsum, gather), alone and next to pointwise and scan kernels, and the
 ops code generation took on 2026-12-06 (tests/test_codegen_kernelbench_more.py: one-value tensors made
 in forward, nn.Embedding, torch.gather, adaptive pools that divide, unfold, diagonal), cummax /
-cummin, and upsampling and the selection family (2026-12-07: against ATen's CUDA kernels, which the
-CPU tests cannot see; the selections' indices compared exactly, ties included)."""
+cummin, upsampling and the selection family (2026-12-07: against ATen's CUDA kernels, which the
+CPU tests cannot see; the selections' indices compared exactly, ties included), and the thirty-first
+session's operators (LATE_GPU)."""
 from __future__ import annotations
 
 import random
@@ -22,7 +23,7 @@ from core.tasks import load_task_from_source
 from tests.gpu.codegen_check import failures_at
 from tests.test_codegen_cases import HEADER, SYNTHETIC
 from tests.test_codegen_kernelbench_more import CASES as MORE
-from tests.test_codegen_kernelbench_more import UPSAMPLING
+from tests.test_codegen_kernelbench_more import BILINEAR, MASK_PUTS, MORE_OPS, SPECIAL, UPSAMPLING
 from tests.test_codegen_select import CASES as SELECTIONS
 from tests.test_codegen_move import CASES as MOVES
 
@@ -174,7 +175,12 @@ CAPTURED_GPU = {
                                    "torch.randn(4096, 256), torch.randn(4096, 256), torch.randn(4096, 1)"),
 }
 
-SOURCES = {**CAPTURED_GPU, **SCATTER_GPU, **SYNTHETIC, **ONE_ROW, **RUNNING, **UPSAMPLE_GPU, **SELECT_GPU, **{f"move_{k}": v for k, v in MOVES.items()}, **{f"new_{k}": MORE[k] for k in NEW_OPS}}
+# Thirty-first session, after its GPU calls (CPU-checked only then): mask puts as wheres, nn.Bilinear,
+# digamma / polygamma / zeta / nextafter / ldexp, slice_scatter, scatter reduce=, addmv / addbmm,
+# shifts, diagonal_scatter, pdist; against ATen's CUDA kernels here.
+LATE_GPU = {f"late_{k}": v for k, v in {**MASK_PUTS, **BILINEAR, **SPECIAL, **MORE_OPS}.items()}
+
+SOURCES = {**LATE_GPU, **CAPTURED_GPU, **SCATTER_GPU, **SYNTHETIC, **ONE_ROW, **RUNNING, **UPSAMPLE_GPU, **SELECT_GPU, **{f"move_{k}": v for k, v in MOVES.items()}, **{f"new_{k}": MORE[k] for k in NEW_OPS}}
 
 
 @pytest.mark.parametrize("name", sorted(SOURCES))
