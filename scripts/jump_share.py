@@ -36,7 +36,7 @@ def main() -> int:
         labels.clear()
         trial = search_record(record, lambda space: make_policy("ppo", space, seed=args.seed, weights=args.weights),
                               "ppo", args.seed, args.budget, "skip")
-        kinds = ["start" if label == "start" else "jump" if label.startswith("memory") else "edits"
+        kinds = ["start" if label.startswith("start") else "jump" if label.startswith("memory") else "edits"
                  for label in labels]
         moves = [k for k in kinds if k != "start"]
         print(f"{Path(record).stem:28} to target: {trial.to_target}; first moves {kinds[:6]}; "

@@ -325,5 +325,7 @@ def test_a_run_that_starts_from_the_memorys_pick_notes_the_default_for_its_repla
         first = next(made.candidates(limit=1))
         assert first.candidate_hash != program.content_hash()     # the run started from the memory's pick
         assert first.extra["default"] == program.schedule
+        changed = [f"{k}={v}" for k, v in first.schedule.items() if program.schedule.get(k) != v]
+        assert changed and first.origin == "ppo:start: " + ", ".join(changed)
         replayed, _ = record_default(made)
     assert replayed.content_hash() == program.content_hash()     # a replay of it searches from the default

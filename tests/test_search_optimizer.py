@@ -54,6 +54,9 @@ class SlowPool:
     def baselines(self):
         return self.pool.baselines()
 
+    def __contains__(self, candidate_hash):
+        return candidate_hash in self.pool
+
     def close(self):
         pass
 
@@ -709,6 +712,46 @@ def test_a_policy_with_a_memory_can_jump_to_the_schedules_it_ranks_highest(task,
                if space.legal(s) and s != order[0]]
     assert order[1:] == ranking
     assert all(r.origin.startswith("jumps:memory: ") for r in project.candidates() if r.parent_id is not None)
+    project.close()
+
+
+def test_a_run_whose_memory_pick_fails_starts_again_from_the_default(task, record, tmp_path):
+    from core.evaluation.results import EvalResult, Status
+
+    opt, project, pool, _ = make(task, record, tmp_path, budget=Budget(evaluations=6))
+    votes = {("UNROLL", u): w for u, w in zip((4, 2, 8, 1), (0.7, 0.1, 0.1, 0.1))}
+    opt.policy = JumpPolicy(votes)
+    pick = {**opt.space.default(), "UNROLL": 4}
+    assert pick != opt.space.default()
+    replay = pool.pool.evaluate
+
+    def evaluate(candidate):      # the memory's pick does not compile here
+        if dict(candidate.schedule) == pick:
+            return EvalResult(Status.COMPILE_ERROR, "error: made up", candidate_hash=candidate.content_hash())
+        return replay(candidate)
+
+    pool.pool.evaluate = evaluate
+    opt.run()
+    first, second = sorted(project.candidates(), key=lambda r: r.id)[:2]
+    assert dict(first.schedule) == pick and first.status == "compile_error" and first.parent_id is None
+    # the default is measured next as a start of its own, and the episode goes on from it
+    assert dict(second.schedule) == opt.space.default() and second.parent_id is None
+    assert second.origin.endswith(":start") and second.status == "measured"
+    project.close()
+
+
+def test_a_replay_starts_from_the_memorys_best_pick_it_can_answer(task, record, tmp_path):
+    opt, project, pool, _ = make(task, record, tmp_path, budget=Budget(evaluations=3), unrecorded="skip")
+    votes = {("UNROLL", u): w for u, w in zip((4, 2, 8, 1), (0.7, 0.2, 0.05, 0.05))}
+    opt.policy = JumpPolicy(votes)
+    default = opt.space.default()
+    pick, second = {**default, "UNROLL": 4}, {**default, "UNROLL": 2}
+    hidden = opt.program.content_hash(pick)
+    records = pool.pool._records
+    records.pop(hidden)                   # the record never measured the memory's first pick
+    opt.run()
+    first = min(project.candidates(), key=lambda r: r.id)
+    assert dict(first.schedule) == second and first.parent_id is None and first.status == "measured"
     project.close()
 
 

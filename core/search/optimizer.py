@@ -338,13 +338,16 @@ class Optimizer:
 
     def _first_schedule(self) -> dict[str, int]:
         """Where the main branch starts: `start`; else the memory's highest-ranked legal schedule
-        (memory_start, a policy with votes for this task); else the default."""
+        (memory_start, a policy with votes for this task) that a replay can answer (a replay skips the
+        others, as it skips any proposal it cannot answer); else the default."""
         if self.start is not None:
             return dict(self.start)
         if self.memory_start and self._policy_votes():
-            top = self._jump_target(0)
-            if top is not None:
-                return dict(top)
+            index = 0
+            while (top := self._jump_target(index)) is not None:
+                if self.unrecorded == "penalise" or self._hash(top) in self.pool:
+                    return dict(top)
+                index += 1
         return self.space.default()
 
     def _next_start(self, branch_id: int, remember: bool = True) -> _Start | None:
@@ -588,9 +591,12 @@ class Optimizer:
             reason = self._budget_reason(started)
             if reason:
                 return reason
-            # A start that is not the default notes the default, so a replay of this project knows it.
+            # A start that is not the default says how it differs and notes the default, so a replay of
+            # this project knows it.
             default = self.space.default()
-            result, rec, _ = self._evaluate(self.program.with_schedule(schedule), branch_id, None, "start", -1,
+            label = "start" if schedule == default else "start: " + ", ".join(
+                f"{k}={v}" for k, v in schedule.items() if default.get(k) != v)
+            result, rec, _ = self._evaluate(self.program.with_schedule(schedule), branch_id, None, label, -1,
                                             ahead=lambda: self._predict(schedule, 0, ("measured", None, None),
                                                                         branch_id=branch_id),
                                             extra={"default": default} if schedule != default else None)
@@ -602,6 +608,10 @@ class Optimizer:
                 self._emit(CandidateEvaluated(rec.id, branch_id, rec.status, rec.reason, rec.median_ms, r0,
                                               self.evaluations))
                 self._note_best(rec)
+            if rec.status != "measured" and self.start is None and schedule != default:
+                # The memory's pick failed (or was not recorded): start from the default instead, as a
+                # run without a memory does, rather than edit a schedule that has no time to beat.
+                return self._episode(_Start(branch_id, None, default), started)
             parent_id = rec.id
         last = self._measured_as(parent_id)
         prev_ms = last[2]
