@@ -45,7 +45,8 @@ class RunConfig:
     # ends (core/search/memory.py; the file is memory.user_memory_path()). Off by default: in a replay
     # of a user's sequence of tasks it helped some and hurt others (docs/search.md, "Memory").
     memory: bool = False
-    # The first candidate: the default schedule, not the one ppo's memory ranks highest (the default).
+    # True: the first candidate is the default schedule; False (the default): for ppo, the schedule its
+    # memory ranks highest for the task.
     from_default: bool = False
 
 
