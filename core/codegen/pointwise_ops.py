@@ -247,12 +247,14 @@ class LoweringError(Exception):
 _SHIFTED = ("int8", "uint8", "int16", "int32", "int64")
 
 
-def _shift(kind: str, node: Node, a: list[str], ct: str) -> str:
-    """<< and >> on integers, as ATen's CUDA kernels: in the result's own width (an int8 computed as int
-    shifts as int8), a shift past it or negative gives 0 (left) or the sign (right)."""
-    if node.dtype not in _SHIFTED or _is_float(ct):
-        raise LoweringError(f"shifts of {node.dtype}")
-    return f"(({ct})ca_{kind}<{STORAGE_CTYPE[node.dtype]}>({a[0]}, {a[1]}))"
+def _shift(kind: str) -> Callable[[Node, list[str], str], str]:
+    """<< ("shl") or >> ("shr") on integers, as ATen's CUDA kernels: in the result's own width (an int8
+    computed as int shifts as int8), a shift past it or negative gives 0 (left) or the sign (right)."""
+    def emit(node: Node, a: list[str], ct: str) -> str:
+        if node.dtype not in _SHIFTED or _is_float(ct):
+            raise LoweringError(f"shifts of {node.dtype}")
+        return f"(({ct})ca_{kind}<{STORAGE_CTYPE[node.dtype]}>({a[0]}, {a[1]}))"
+    return emit
 
 
 def _floats_only(name: str, ct: str) -> str:
@@ -293,8 +295,8 @@ OPS: dict[str, Callable[[Node, list[str], str], str]] = {
     "polygamma": lambda n, a, ct: _floats_only("polygamma", ct) or f"ca_polygamma({int(n.attrs.get('n', 0))}, {a[0]})",
     "special_zeta": lambda n, a, ct: _floats_only("zeta", ct) or f"ca_zeta({a[0]}, {a[1]})",
     "nextafter": _float_math2("nextafter"),
-    "__lshift__": lambda n, a, ct: _shift("shl", n, a, ct), "bitwise_left_shift": lambda n, a, ct: _shift("shl", n, a, ct),
-    "__rshift__": lambda n, a, ct: _shift("shr", n, a, ct), "bitwise_right_shift": lambda n, a, ct: _shift("shr", n, a, ct),
+    "__lshift__": _shift("shl"), "bitwise_left_shift": _shift("shl"),
+    "__rshift__": _shift("shr"), "bitwise_right_shift": _shift("shr"),
     "floor": _unary_math("floor"), "ceil": _unary_math("ceil"), "trunc": _unary_math("trunc"),
     "round": _unary_math("rint"),
     "reciprocal": lambda n, a, ct: f"({literal(1, ct)} / {a[0]})",
