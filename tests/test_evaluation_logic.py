@@ -253,6 +253,10 @@ def test_ceiling_warm_up_runs_by_time_and_old_caches_are_measured_again(tmp_cach
     path.write_text(json.dumps({"version": 1, "copy_gbps": 3989.0, "gemm_tflops": {}, "gpu": "H200",
                                 "measured_at": ""}))
     assert load_ceilings("H200-old") is None
+    # Nor one written before the copy ceiling became the fastest of several copy kernels.
+    path.write_text(json.dumps({"version": 2, "copy_gbps": 3989.0, "gemm_tflops": {}, "gpu": "H200",
+                                "measured_at": "", "samples": 3}))
+    assert load_ceilings("H200-old") is None
 
 
 def test_ceilings_are_measured_at_the_first_starts_and_each_keeps_its_largest_value(tmp_cache, monkeypatch):
@@ -260,9 +264,9 @@ def test_ceilings_are_measured_at_the_first_starts_and_each_keeps_its_largest_va
     CEILING_SAMPLES measurements is kept, and later starts measure nothing."""
     from core.evaluation import roofline
 
-    readings = iter([Ceilings(1500.0, {"float32": 25.0, "float16": 300.0}, "H100"),      # shared GPU
-                     Ceilings(3000.0, {"float32": 51.0, "float16": 290.0}, "H100"),
-                     Ceilings(2900.0, {"float32": 50.0, "float16": 650.0, "float64": 60.0}, "H100")])
+    readings = iter([Ceilings(1500.0, {"float32": 25.0, "float16": 300.0}, "H100", copy_kernel="a"),   # shared GPU
+                     Ceilings(3000.0, {"float32": 51.0, "float16": 290.0}, "H100", copy_kernel="b"),
+                     Ceilings(2900.0, {"float32": 50.0, "float16": 650.0, "float64": 60.0}, "H100", copy_kernel="c")])
     measured = []
     monkeypatch.setattr(roofline, "measure_ceilings", lambda device, name: measured.append(1) or next(readings))
     first = roofline.get_ceilings(None, "H100", "H100-key")
@@ -271,6 +275,7 @@ def test_ceilings_are_measured_at_the_first_starts_and_each_keeps_its_largest_va
         c = roofline.get_ceilings(None, "H100", "H100-key")
     assert len(measured) == roofline.CEILING_SAMPLES == c.samples == 3
     assert c.copy_gbps == 3000.0 and c.gemm_tflops == {"float32": 51.0, "float16": 650.0, "float64": 60.0}
+    assert c.copy_kernel == "b"          # the name of the copy that set the kept bandwidth
     assert load_ceilings("H100-key") == c
 
 

@@ -160,6 +160,49 @@ def test_runs_that_need_no_stray_time_skip_the_control_timing(sim):
     assert len(controls) == 1 and full.stray_ms > 0.15
 
 
+@pytest.mark.parametrize("skipped", [1e-3, 1.0])
+def test_a_large_output_that_skips_work_on_later_calls_is_caught_at_sampled_positions(sim, skipped):
+    """Outputs beyond 4 x COMPARE_SAMPLES elements are compared at random positions drawn after each
+    call: a kernel that leaves 0.1 % of its output unwritten (the poison stays) from its third call
+    on is still caught."""
+    t = _timer(sim)
+    n = 8 * timer_mod.COMPARE_SAMPLES
+    x = torch.rand(n)
+    out = torch.empty(n)
+    calls = []
+
+    def call():
+        calls.append(1)
+        sim.launch(0.070)
+        out.copy_(x * 3)
+        if len(calls) > 2:
+            out[: int(skipped * n)] = float("nan")      # work skipped on later calls
+        return [out]
+
+    run = t.run(call, [x], [[x.clone()]], poison_outputs=lambda: out.fill_(float("nan")))
+    assert run.mismatched_reps == 1
+
+
+def test_agrees_compares_small_outputs_in_full_and_large_ones_at_sampled_positions():
+    from core.evaluation.timer import COMPARE_SAMPLES, agrees
+
+    small = torch.rand(1000)
+    changed = small.clone()
+    changed[999] += 1.0
+    assert agrees(small, small.clone(), 1e-4, 1e-4) and not agrees(changed, small, 1e-4, 1e-4)
+    assert agrees(small + 1e-7, small, 1e-4, 1e-4)              # rounding of atomics: within tolerance
+    assert not agrees(small[:999], small[:999].double(), 1e-4, 1e-4)   # another dtype
+    assert not agrees(small[:10], small[:20], 1e-4, 1e-4)       # another shape
+    big = torch.rand(8 * COMPARE_SAMPLES)
+    half_wrong = big.clone()
+    half_wrong[::2] = float("nan")
+    rng = torch.Generator().manual_seed(0)
+    assert agrees(big, big.clone(), 1e-4, 1e-4, rng) and not agrees(half_wrong, big, 1e-4, 1e-4, rng)
+    # Non-contiguous outputs are read in their logical order.
+    grid = torch.rand(512, 2048)
+    assert agrees(grid.t(), grid.t().contiguous(), 1e-4, 1e-4, rng)
+
+
 def _count_controls(t: Timer) -> list:
     controls = []
     real = t._control_gap
