@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-# 2: warmed up by time. 3: copy bandwidth is the fastest of several copy kernels, not torch's copy_ alone.
+# 2: warmed up by time. 3: copy bandwidth is the fastest of several copy kernels, not torch's copy_ alone,
+# and every ceiling is timed without the host's launch time.
 # Ceilings cached by an older version are measured again.
 CEILINGS_VERSION = 3
 
@@ -72,6 +73,7 @@ def save_json_atomic(path: Path, text: str) -> None:
 # calls (about 1.5 ms of copies) may leave a fresh machine's first probe on clocks still ramping up:
 # the suspected cause of a copy probe that read 4.6 % low (docs/performance.md, 2026-12-02).
 WARMUP_S = 0.2
+SPIN_CYCLES = 400_000        # about 0.2 ms at 2 GHz: longer than any launch from Python
 
 
 def warm_up(fn: Any, seconds: float, sync: Any, clock: Any = time.perf_counter, min_calls: int = 3) -> int:
@@ -152,6 +154,11 @@ def measure_ceilings(device: Any, gpu_name: str) -> Ceilings:
         times = []
         for _ in range(reps):
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            # A spin queued first keeps the GPU busy while the host launches the call, so the events
+            # hold the kernel alone, as the timer's gate does for candidates. Without it the host's
+            # launch time counted: 1.3 % of a 1 GiB copy on an H100, and CuPy's launches (tens of
+            # microseconds from Python) lost to torch's copy_ (2026-12-07).
+            torch.cuda._sleep(SPIN_CYCLES)
             a.record()
             fn()
             b.record()
