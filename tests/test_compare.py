@@ -54,9 +54,36 @@ def test_fast_match_unavailable_says_why(monkeypatch):
 
     assert compare_module.fast_match_unavailable(torch.int64) is None        # not one it handles
 
-    def no_compiler(dtype):
+    def no_compiler(dtype, ref_dtype):
+        assert ref_dtype == torch.float32          # the judge keeps float32 outputs' references in float32
         raise RuntimeError("nvrtc: error: failed to open libnvrtc-builtins.so.13.0\nmore detail")
 
     monkeypatch.setattr(compare_module, "_fast_kernel", no_compiler)
     assert compare_module.fast_match_unavailable(torch.float32) == \
         "RuntimeError: nvrtc: error: failed to open libnvrtc-builtins.so.13.0"
+
+
+def test_a_reference_kept_in_float32_gives_the_float64_references_verdicts():
+    """The judge keeps float64 results for float32 and narrower outputs in float32: every case gets the
+    same verdict as against the float64 reference, including values beyond the output's range, and
+    outputs that miss by a little more or a little less than the tolerance."""
+    from core.evaluation.compare import keep_reference, kept_reference_dtype
+
+    assert kept_reference_dtype(torch.float64) == torch.float64
+    assert {kept_reference_dtype(d) for d in (torch.float32, torch.float16, torch.bfloat16)} == {torch.float32}
+    g = torch.Generator().manual_seed(1)
+    ref = torch.randn(4096, generator=g, dtype=torch.float64) * 10.0 ** torch.randint(-3, 4, (4096,), generator=g)
+    cases = dict(_cases())
+    for dtype, (atol, rtol) in ((torch.float32, (1e-4, 1e-4)), (torch.float16, (1e-2, 1e-2)),
+                                (torch.bfloat16, (1e-2, 1e-2))):
+        for factor in (0.9, 1.1):        # every element just inside / just outside its tolerance
+            off = (ref + factor * (atol + rtol * ref.abs())).to(dtype)
+            cases[f"{dtype} x{factor}"] = (off, ref)
+        cases[f"{dtype} beyond range"] = (torch.full((5,), float("inf"), dtype=dtype),
+                                          torch.full((5,), 4e38, dtype=torch.float64))
+    for name, (out, ref64) in cases.items():
+        kept = keep_reference(ref64, out.dtype)
+        assert kept.dtype == kept_reference_dtype(out.dtype), name
+        tol = (1e-4, 1e-4) if out.dtype == torch.float32 else (1e-2, 1e-2)
+        assert (compare(out, kept, *tol) is None) == (compare(out, ref64, *tol) is None), name
+    assert keep_reference(torch.ones(3, dtype=torch.int64), torch.int64).dtype == torch.int64

@@ -397,11 +397,13 @@ def test_judge_keeps_references_within_its_memory_budget_and_computes_the_rest_w
     from core.evaluation import protocol as P
     from core.evaluation.judge import REFERENCE_MEMORY_FRACTION
 
-    one_set = 64 * 32 * 8                                   # a float64 reference of one set
+    one_set = 64 * 32 * 4              # one set's reference: float64 results kept in float32 (float32 output)
     judge = _cpu_judge(TINY_TASK, int(3.5 * one_set / REFERENCE_MEMORY_FRACTION))
+    assert judge.reference_bytes() == one_set
     bundle = judge.prepare(P.Prepare(check_sets=3, scaled_variants=2, timing_sets=2, unseen_sets=4))
     refs = judge.bundles[bundle.id]["refs"]
     assert sum(r is not None for r in refs.values()) == 3 and len(refs) == 11
+    assert all(r[0].dtype == torch.float32 for r in refs.values() if r is not None)
     assert len(bundle.fingerprints) == 11                   # every set is fingerprinted, kept or not
     sets = bundle.timing_sets + bundle.unseen_sets
     assert refs[bundle.unseen_sets[-1].label] is None

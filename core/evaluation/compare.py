@@ -264,7 +264,7 @@ __device__ __forceinline__ void warp_sum(unsigned long long& a, double& b) {
 // counts: NaN where the reference is not, NaN missing, Inf disagreements, references beyond the
 // output dtype's range (all four as flags), elements outside atol + rtol*|ref|; sums: squares of
 // the finite reference and of the error (compare()'s norms).
-extern "C" __global__ void match_stats(const out_t* __restrict__ o, const double* __restrict__ r,
+extern "C" __global__ void match_stats(const out_t* __restrict__ o, const REF_T* __restrict__ r,
                                        long long n, double atol, double rtol,
                                        unsigned long long* counts, double* sums) {
     unsigned long long nan_bad = 0, nan_missing = 0, inf_bad = 0, beyond = 0, outside = 0;
@@ -272,7 +272,7 @@ extern "C" __global__ void match_stats(const out_t* __restrict__ o, const double
     long long stride = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         double ov = TO_DOUBLE(o[i]);
-        double rv = r[i];
+        double rv = (double)r[i];
         // A reference beyond the output dtype's range: compare() counts it as the inf that torch's
         // conversion rounds it to. Left to compare(): a flag here.
         beyond += isfinite(rv) && fabs(rv) > OUT_MAX;
@@ -304,32 +304,50 @@ _FAST_TYPES = {   # output dtype -> (C type, conversion to double)
     torch.float32: ("float", "(double)"),
     torch.float64: ("double", ""),
 }
-_fast_kernels: dict[torch.dtype, object] = {}
+_FAST_REFS = {torch.float64: "double", torch.float32: "float"}     # reference dtype -> C type
+_fast_kernels: dict[tuple[torch.dtype, torch.dtype], object] = {}
 FAST_MARGIN = 0.99       # the error-norm test passes here only with this much room to spare
 
 
-def _fast_kernel(dtype: torch.dtype):
-    if dtype not in _fast_kernels:
+def kept_reference_dtype(out_dtype: torch.dtype) -> torch.dtype:
+    """The dtype a float64 reference is kept in for outputs of `out_dtype`: float32 for float32 and
+    narrower outputs, float64 for float64 ones. Rounding moves a reference by at most 6e-8 of its
+    value, 0.06 % of the tightest tolerance it is compared with (1e-4; an output of these dtypes holds
+    no more than that anyway), and halves the judge's memory and reading."""
+    return torch.float64 if out_dtype == torch.float64 else torch.float32
+
+
+def keep_reference(ref: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+    """A float64 reference as the judge keeps it (kept_reference_dtype); others as they are."""
+    if ref.dtype == torch.float64 and out_dtype in FLOAT_DTYPES:
+        return ref.to(kept_reference_dtype(out_dtype))
+    return ref
+
+
+def _fast_kernel(dtype: torch.dtype, ref_dtype: torch.dtype = torch.float64):
+    key = (dtype, ref_dtype)
+    if key not in _fast_kernels:
         import cupy
 
         c_type, to_double = _FAST_TYPES[dtype]
         source = (_FAST_SOURCE.replace("OUT_T", c_type).replace("TO_DOUBLE", to_double)
-                  .replace("OUT_MAX", repr(torch.finfo(dtype).max)))
+                  .replace("REF_T", _FAST_REFS[ref_dtype]).replace("OUT_MAX", repr(torch.finfo(dtype).max)))
         from core.toolchain.nvrtc import find_header_dirs
 
-        _fast_kernels[dtype] = cupy.RawKernel(source, "match_stats",
-                                              options=("--std=c++17", *find_header_dirs().options()))
-    return _fast_kernels[dtype]
+        _fast_kernels[key] = cupy.RawKernel(source, "match_stats",
+                                            options=("--std=c++17", *find_header_dirs().options()))
+    return _fast_kernels[key]
 
 
 def fast_match_unavailable(dtype: torch.dtype) -> str | None:
-    """Why fast_match cannot run its kernel for outputs of `dtype` here (None: it can, or the dtype
-    is not one it handles). Without it every output goes through compare(): about thirty passes
-    over float64 copies, so the judge is slower; the verdicts are the same."""
+    """Why fast_match cannot run its kernel for outputs of `dtype` against references as the judge
+    keeps them (None: it can, or the dtype is not one it handles). Without it every output goes
+    through compare(): about thirty passes over float64 copies, so the judge is slower; the
+    verdicts are the same."""
     if dtype not in _FAST_TYPES:
         return None
     try:
-        _fast_kernel(dtype).attributes      # CuPy compiles on first use; this is one
+        _fast_kernel(dtype, kept_reference_dtype(dtype)).attributes   # CuPy compiles on first use; this is one
     except Exception as exc:
         return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
     return None
@@ -339,7 +357,7 @@ def fast_match(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -
     """True when one fused pass on the GPU shows compare(out, ref, atol, rtol) would return None
     (with FAST_MARGIN to spare on the norm test); None when it might not, or when the fast pass
     does not apply (a CPU tensor, an integer output or reference, a non-contiguous one, no CuPy)."""
-    if (type(out) is not torch.Tensor or out.dtype not in _FAST_TYPES or ref.dtype != torch.float64
+    if (type(out) is not torch.Tensor or out.dtype not in _FAST_TYPES or ref.dtype not in _FAST_REFS
             or not out.is_cuda or not ref.is_cuda or out.device != ref.device or out.shape != ref.shape
             or not out.is_contiguous() or not ref.is_contiguous() or out.numel() == 0):
         return None
@@ -347,7 +365,7 @@ def fast_match(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -
         import cupy
         import numpy
 
-        kernel = _fast_kernel(out.dtype)
+        kernel = _fast_kernel(out.dtype, ref.dtype)
         n = out.numel()
         counts = torch.zeros(2, dtype=torch.int64, device=out.device)
         sums = torch.zeros(2, dtype=torch.float64, device=out.device)

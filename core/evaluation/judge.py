@@ -117,7 +117,7 @@ class Judge:
         Computed in float64 where the op allows and the outputs are floating, else in the task's
         dtype (integer outputs such as argmax must match the task's own arithmetic).
         """
-        from .compare import fingerprint
+        from .compare import fingerprint, keep_reference
 
         torch = self.torch
         model, inputs = self.materialize(s)
@@ -126,7 +126,11 @@ class Judge:
             try:
                 m64 = model.double()
                 x64 = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
-                return [o.detach() for o in _as_list(m64(*x64))], prints
+                outs = [o.detach() for o in _as_list(m64(*x64))]
+                specs = self.task.output_specs
+                # Kept in float32 for float32 and narrower outputs (compare.kept_reference_dtype).
+                return [keep_reference(o, getattr(torch, specs[i].dtype)) if i < len(specs) else o
+                        for i, o in enumerate(outs)], prints
             except Exception as exc:  # an op without float64 support: fall back for this task
                 self.reference_dtype = self.task.output_specs[0].dtype
                 self.fallback_note = f"reference computed in {self.reference_dtype}: float64 failed ({exc})"
@@ -188,9 +192,12 @@ class Judge:
         return bundle
 
     def reference_bytes(self) -> int:
-        """Device bytes one input set's references take."""
-        size = 8 if self.reference_dtype == "float64" else 0
-        return sum(_numel(sp.shape) * (size or _itemsize(sp.dtype)) for sp in self.task.output_specs)
+        """Device bytes one input set's references take (float64 ones kept as keep_reference does)."""
+        def kept(dtype: str) -> int:
+            if self.reference_dtype != "float64":
+                return _itemsize(dtype)
+            return 8 if dtype == "float64" else 4
+        return sum(_numel(sp.shape) * kept(sp.dtype) for sp in self.task.output_specs)
 
     def reference_budget(self) -> int:
         """Device bytes a bundle's kept references may take: a fifth of the GPU's memory, less after
