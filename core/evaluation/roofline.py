@@ -88,11 +88,12 @@ def warm_up(fn: Any, seconds: float, sync: Any, clock: Any = time.perf_counter, 
     return calls
 
 
-# Copy kernels the bandwidth ceiling is the fastest of. torch's copy_ alone read 2.99 TB/s on an H100
-# where torch.compile's and our own pointwise kernels moved the same bytes at 3.04-3.05 TB/s, so the
-# floor stood 1.8 % above what kernels reach: at 1 ms memory-bound a schedule in eight went through
-# re-verification as "faster than the floor" (docs/performance.md, 2026-12-06). One float4 per thread
-# (what fast pointwise kernels do), four in flight per thread, and a grid-stride loop.
+# Copy kernels the bandwidth ceiling is the fastest of, beside torch's copy_: one float4 a thread
+# (what fast pointwise kernels do), four in flight a thread, and a grid-stride loop. torch's copy_
+# timed with its launch inside the events read 3,007 GB/s on an H100 where torch.compile's and our own
+# pointwise kernels moved bytes at 3.04 TB/s, so good schedules ran "faster than the floor" and were
+# re-verified (a 1 ms memory-bound search: 6-10 of 60); timed behind a spin, the float4 kernel read
+# 3,043-3,045 GB/s and none was (docs/performance.md, 2026-12-07).
 _COPY_SOURCE = r"""
 extern "C" __global__ void ca_copy_v1(const float4* __restrict__ src, float4* __restrict__ dst, long long n) {
   long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
