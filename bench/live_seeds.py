@@ -4,7 +4,9 @@
         [--seeds 1 2 3] [--budget 30] [--deadline SECONDS] [--weights FILE] [--with-compile-baseline]
 
 For each task (resources/tasks/NAME.py): one Evaluator, started once, then per seed one run of each
-policy, back to back so the policies of a seed meet the same GPU state. Each run is a normal
+policy, back to back so the policies of a seed meet the same GPU state. The policies' order turns by
+one from task to task and seed to seed (the first run of a task compiles on cold caches, which made
+the first policy's candidates a minute look 2-3 times lower, 2026-12-07). Each run is a normal
 `cuda-agent run` (session.open_run on the warm evaluator, no final confirmation rounds) writing
 DIR/seedS/POLICY/NAME.cuagent, so `bench/heldout_live.py DIR/seed*` reads them. A run costs its
 evaluations only: `cuda-agent bench` starts an evaluator per run, which took about 20 of a run's
@@ -55,7 +57,7 @@ def main() -> int:
     def late() -> bool:
         return time.monotonic() - t_start >= args.deadline
 
-    for name in args.tasks:
+    for task_index, name in enumerate(args.tasks):
         if late():
             print(f"deadline: {name} and later tasks not started", flush=True)
             break
@@ -68,16 +70,23 @@ def main() -> int:
             base = ev.baselines(with_compile=args.with_compile_baseline)
             eager = f"{base.eager.median_ms * 1e3:.1f} us" if base.eager else f"failed ({base.eager_error})"
             print(f"{name}: evaluator up in {time.monotonic() - t0:.0f} s, eager {eager}", flush=True)
-            for seed in args.seeds:
+            for seed_index, seed in enumerate(args.seeds):
                 if late():
                     print(f"deadline: {name} seed {seed} and later not started", flush=True)
                     break
-                for policy in args.policies:
+                for policy in _rotated(args.policies, task_index + seed_index):
                     _one_run(ev, path, name, seed, policy, args, tsv)
         finally:
             ev.close()
     print(f"done in {time.monotonic() - t_start:.0f} s", flush=True)
     return 0
+
+
+def _rotated(policies: list[str], k: int) -> list[str]:
+    """The policies, starting with the k-th: the first run of a task meets its compile caches cold,
+    so which policy comes first turns from task to task and seed to seed."""
+    k %= max(1, len(policies))
+    return policies[k:] + policies[:k]
 
 
 def _one_run(ev: Evaluator, path: Path, name: str, seed: int, policy: str, args: argparse.Namespace,
