@@ -193,10 +193,12 @@ class Judge:
 
     def reference_bytes(self) -> int:
         """Device bytes one input set's references take (float64 ones kept as keep_reference does)."""
+        from .compare import kept_reference_dtype
+
         def kept(dtype: str) -> int:
             if self.reference_dtype != "float64":
                 return _itemsize(dtype)
-            return 8 if dtype == "float64" else 4
+            return kept_reference_dtype(getattr(self.torch, dtype)).itemsize
         return sum(_numel(sp.shape) * kept(sp.dtype) for sp in self.task.output_specs)
 
     def reference_budget(self) -> int:
