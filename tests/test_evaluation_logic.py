@@ -367,6 +367,7 @@ def _cpu_judge(task_source: str, memory_bytes: int):
     judge.tolerance, judge.reference_dtype, judge.fallback_note = (1e-4, 1e-4), "float64", ""
     judge.bundles, judge.next_id = {}, 1
     judge.reference_fraction, judge.computed_again = 0.2, False
+    judge.fused, judge.fused_failure = None, ""
     return judge
 
 

@@ -55,6 +55,8 @@ class Judge:
         self.reference_fraction = REFERENCE_MEMORY_FRACTION     # halved at each time the GPU ran out
         self.next_id = 1
         self.mappings = None            # the runner's device blocks mapped during a judge() call
+        self.fused = None               # a FusedReference once set_task found one right and faster
+        self.fused_failure = ""         # why a FusedReference was dropped after set_task took it
 
     # ---- task ----------------------------------------------------------------------------------
 
@@ -66,6 +68,7 @@ class Judge:
         torch = self.torch
         self.task = load_task_from_source(msg.source, msg.name)
         self.bundles.clear()
+        self.fused, self.fused_failure = None, ""
         atol, rtol = self.task.tolerance()
         notes: list[str] = []
         seed = secrets.randbits(62)
@@ -97,12 +100,19 @@ class Judge:
         # show (eager's bf16 SwiGLU passed 1e-2 unscaled and missed it at 4x).
         needed = _eager_error(eager, ref)
         del eager, ref
+        eager_ms = 0.0
         for scale in CALIBRATION_SCALES if self.reference_dtype == "float64" else ():
             calibration = P.InputSet("calibration", secrets.randbits(62), secrets.randbits(62), scale)
+            t0 = self._clock()
             ref, _ = self.reference_for(calibration)
+            eager_ms = (self._clock() - t0) * 1e3      # the last one: kernels loaded, clocks up
             model, inputs = self.materialize(calibration)
             needed = max(needed, _eager_error(_as_list(model(*inputs)), ref))
             del model, inputs, ref
+        if self.reference_dtype == "float64" and torch.device(self.device).type == "cuda":
+            note = self._fuse_references(eager_ms)
+            if note:
+                notes.append(note)
         if needed > rtol:
             widened = min(2 * needed, 0.1)
             notes.append(f"tolerance widened from {rtol:g} to {widened:.3g}: eager PyTorch itself differs "
@@ -111,17 +121,70 @@ class Judge:
         self.tolerance = (atol, rtol)
         return P.TaskReady(self.tolerance, notes, flops, self.reference_dtype)
 
+    def _clock(self) -> float:
+        """Seconds, after the GPU's queued work is done."""
+        self.torch.cuda.synchronize(self.device) if self.torch.device(self.device).type == "cuda" else None
+        return time.perf_counter()
+
+    def _fuse_references(self, eager_ms: float) -> str:
+        """Use a FusedReference from now on if the eager float64 reference took at least FUSE_AFTER_MS a
+        set and the fused one gives its values, faster, on a set drawn with another model seed than the
+        one it was compiled on. Returns a note for the task's notes ("" when not tried)."""
+        from .fused_reference import FUSE_AFTER_MS, FusedReference, disagreement
+
+        torch = self.torch
+        if eager_ms < FUSE_AFTER_MS:
+            return ""
+        t0 = self._clock()
+        try:
+            fused = FusedReference([getattr(torch, sp.dtype) for sp in self.task.output_specs])
+            model, inputs = self.materialize(P.InputSet("fuse", secrets.randbits(62), secrets.randbits(62)))
+            fused(model, inputs)                # compiles
+            del model, inputs
+            compile_s = self._clock() - t0
+            check = P.InputSet("fuse-check", secrets.randbits(62), secrets.randbits(62))
+            eager, _ = self.reference_for(check)
+            self.fused = fused
+            t1 = self._clock()
+            got, _ = self.reference_for(check)
+            fused_ms = (self._clock() - t1) * 1e3
+            problem = "" if self.fused is fused else self.fused_failure
+            problem = problem or disagreement(got, eager)
+            del eager, got
+        except Exception as exc:    # out of memory included: the task keeps eager references
+            self.fused = None
+            return f"float64 references stay op by op: torch.compile of the reference failed ({type(exc).__name__}: {exc})"
+        if problem:
+            self.fused = None
+            return f"float64 references stay op by op: the compiled reference {problem}"
+        if fused_ms >= eager_ms:
+            self.fused = None
+            return (f"float64 references stay op by op: the compiled reference was not faster "
+                    f"({fused_ms:.1f} against {eager_ms:.1f} ms a set)")
+        return (f"float64 references computed in one fused pass (torch.compile, {compile_s:.1f} s): "
+                f"{eager_ms:.1f} -> {fused_ms:.1f} ms a set")
+
     def reference_for(self, s: P.InputSet) -> tuple[list, tuple[float, ...]]:
         """Reference outputs for an input set, and the fingerprint of what was drawn.
 
         Computed in float64 where the op allows and the outputs are floating, else in the task's
-        dtype (integer outputs such as argmax must match the task's own arithmetic).
+        dtype (integer outputs such as argmax must match the task's own arithmetic); in one fused
+        pass where set_task found that right and faster (fused_reference.py).
         """
         from .compare import fingerprint, keep_reference
 
         torch = self.torch
         model, inputs = self.materialize(s)
         prints = fingerprint(list(inputs) + list(model.state_dict().values()))
+        if self.reference_dtype == "float64" and self.fused is not None:
+            try:
+                return self.fused(model, inputs), prints
+            except torch.OutOfMemoryError:
+                raise
+            except Exception as exc:    # not seen in set_task's check: op by op from now on
+                self.fused = None
+                self.fused_failure = f"failed on a later set ({type(exc).__name__}: {exc})"
+                model, inputs = self.materialize(s)
         if self.reference_dtype == "float64":
             try:
                 m64 = model.double()
