@@ -127,3 +127,22 @@ def test_a_fused_reference_that_fails_later_leaves_the_task_on_eager_references(
     judge.fused = OutOfMemory()
     with pytest.raises(torch.OutOfMemoryError):       # prepare() and judge() make room and try again
         judge.reference_for(s)
+
+
+def test_large_models_are_left_op_by_op_and_set_task_counts_operations(monkeypatch):
+    with fr.OpCounter() as ops:
+        (torch.randn(4, 4) * 2.0 + 1.0).exp()
+    assert ops.count == 4                   # randn, mul, add, exp
+
+    judge = _fused_judge(monkeypatch)
+    note = judge._fuse_references(eager_ms=1e9, ops=fr.FUSE_MAX_OPS + 1)
+    assert f"runs {fr.FUSE_MAX_OPS + 1} operations" in note and judge.fused is None, note
+
+    # set_task counts the model's operations beside its FLOPs and hands them over with the time of its
+    # last calibration reference (only on a GPU unless told otherwise).
+    seen = []
+    monkeypatch.setattr(type(judge), "_fuse_references", lambda self, ms, ops=0: seen.append((ms, ops)) or "")
+    assert judge.set_task(P.SetTask("tiny_scale", TINY_TASK)).reference_dtype == "float64" and seen == []
+    monkeypatch.setattr(type(judge), "FUSE_ON", ("cpu", "cuda"))
+    judge.set_task(P.SetTask("tiny_scale", TINY_TASK))
+    assert len(seen) == 1 and seen[0][0] > 0 and seen[0][1] == 1      # x * 2.0: one multiplication

@@ -39,6 +39,8 @@ def _unlink_files(outputs) -> None:
 
 
 class Judge:
+    FUSE_ON = ("cuda",)     # device types whose slow float64 references may be fused (fused_reference.py)
+
     def __init__(self, device_index: int):
         import torch
 
@@ -74,8 +76,10 @@ class Judge:
         seed = secrets.randbits(62)
         model = self.task.make_model(seed, self.device)
         inputs = self.task.make_inputs(seed, self.device)
-        counter = FlopCounterMode(display=False)
-        with counter:
+        from .fused_reference import OpCounter
+
+        counter, ops = FlopCounterMode(display=False), OpCounter()
+        with counter, ops:
             eager = _as_list(model(*inputs))
         flops = int(counter.get_total_flops())
         del model, inputs
@@ -109,8 +113,8 @@ class Judge:
             model, inputs = self.materialize(calibration)
             needed = max(needed, _eager_error(_as_list(model(*inputs)), ref))
             del model, inputs, ref
-        if self.reference_dtype == "float64" and torch.device(self.device).type == "cuda":
-            note = self._fuse_references(eager_ms)
+        if self.reference_dtype == "float64" and torch.device(self.device).type in self.FUSE_ON:
+            note = self._fuse_references(eager_ms, ops.count)
             if note:
                 notes.append(note)
         if needed > rtol:
@@ -123,18 +127,23 @@ class Judge:
 
     def _clock(self) -> float:
         """Seconds, after the GPU's queued work is done."""
-        self.torch.cuda.synchronize(self.device) if self.torch.device(self.device).type == "cuda" else None
+        if self.torch.device(self.device).type == "cuda":
+            self.torch.cuda.synchronize(self.device)
         return time.perf_counter()
 
-    def _fuse_references(self, eager_ms: float) -> str:
+    def _fuse_references(self, eager_ms: float, ops: int = 0) -> str:
         """Use a FusedReference from now on if the eager float64 reference took at least FUSE_AFTER_MS a
         set and the fused one gives its values, faster, on a set drawn with another model seed than the
-        one it was compiled on. Returns a note for the task's notes ("" when not tried)."""
-        from .fused_reference import FUSE_AFTER_MS, FusedReference, disagreement
+        one it was compiled on. `ops`: operations in one forward of the model. Returns a note for the
+        task's notes ("" when not tried)."""
+        from .fused_reference import FUSE_AFTER_MS, FUSE_MAX_OPS, FusedReference, disagreement
 
         torch = self.torch
         if eager_ms < FUSE_AFTER_MS:
             return ""
+        if ops > FUSE_MAX_OPS:
+            return (f"float64 references stay op by op: the model runs {ops} operations, and compiling them "
+                    f"could outlast the evaluator's start")
         t0 = self._clock()
         try:
             fused = FusedReference([getattr(torch, sp.dtype) for sp in self.task.output_specs])
@@ -153,7 +162,7 @@ class Judge:
             del eager, got
         except Exception as exc:    # out of memory included: the task keeps eager references
             self.fused = None
-            return f"float64 references stay op by op: torch.compile of the reference failed ({type(exc).__name__}: {exc})"
+            return f"float64 references stay op by op: torch.compile of the reference failed ({_first_line(exc)})"
         if problem:
             self.fused = None
             return f"float64 references stay op by op: the compiled reference {problem}"
@@ -183,7 +192,7 @@ class Judge:
                 raise
             except Exception as exc:    # not seen in set_task's check: op by op from now on
                 self.fused = None
-                self.fused_failure = f"failed on a later set ({type(exc).__name__}: {exc})"
+                self.fused_failure = f"failed on a later set ({_first_line(exc)})"
                 model, inputs = self.materialize(s)
         if self.reference_dtype == "float64":
             try:
@@ -413,6 +422,12 @@ def _itemsize(dtype: str) -> int:
     from .roofline import spec_bytes
 
     return spec_bytes((1,), dtype)
+
+
+def _first_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception as one short line (torch.compile's errors run to pages)."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:limit]
 
 
 def _as_list(out) -> list:

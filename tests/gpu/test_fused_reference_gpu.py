@@ -23,7 +23,7 @@ class Model(nn.Module):
         return F.mish(x)
 
 def get_inputs():
-    return [torch.randn(1 << 28)]
+    return [torch.randn(1 << 29)]
 
 def get_init_inputs():
     return []
@@ -51,7 +51,7 @@ def get_init_inputs():
 '''
 
 
-@pytest.mark.parametrize("name,source", [("mish_1gib", MISH), ("rmsnorm_fp16_512mib", RMSNORM)])
+@pytest.mark.parametrize("name,source", [("mish_2gib", MISH), ("rmsnorm_fp16_512mib", RMSNORM)])
 def test_the_judge_fuses_slow_references_and_they_equal_the_op_by_op_ones(name, source):
     judge = Judge(0)
     t0 = time.perf_counter()
