@@ -13,7 +13,12 @@ from core.evaluation import protocol as P
 from core.evaluation.compare import keep_reference
 from tests.test_evaluation_logic import TINY_TASK, _cpu_judge
 
-torch.set_grad_enabled(False)
+
+@pytest.fixture(autouse=True)
+def _no_grad():
+    """As in the judge's process (gpuinfo.init_evaluator_process), for these tests only."""
+    with torch.no_grad():
+        yield
 
 
 def test_disagreement_names_each_kind_of_difference():

@@ -67,6 +67,8 @@ class Judge:
 
         from core.tasks import load_task_from_source
 
+        from .fused_reference import OpCounter
+
         torch = self.torch
         self.task = load_task_from_source(msg.source, msg.name)
         self.bundles.clear()
@@ -76,8 +78,6 @@ class Judge:
         seed = secrets.randbits(62)
         model = self.task.make_model(seed, self.device)
         inputs = self.task.make_inputs(seed, self.device)
-        from .fused_reference import OpCounter
-
         counter, ops = FlopCounterMode(display=False), OpCounter()
         with counter, ops:
             eager = _as_list(model(*inputs))

@@ -13,6 +13,16 @@ from core.evaluation.judge import Judge
 
 pytestmark = pytest.mark.gpu
 
+
+@pytest.fixture(autouse=True)
+def _evaluator_settings_restored():
+    """Judge(0) sets up this process as an evaluator's (no gradients, no TF32): undo it for the tests
+    that run after these in the same pytest process."""
+    grad, tf32 = torch.is_grad_enabled(), (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    yield
+    torch.set_grad_enabled(grad)
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+
 MISH = '''
 import torch
 import torch.nn as nn
