@@ -25,7 +25,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from .compare import keep_reference
 
 # An eager reference at least this slow (one input set, drawing included) is worth a compiled one.
-# Compiling costs 2-8 s at the evaluator's start (partly hidden behind the runner's own start); a
+# Compiling took 1.6-8.0 s of the evaluator's start (warm and cold Inductor caches on an H100); a
 # candidate needs seven references, and the fused ones took a third to two thirds of the eager time
 # on an H100 (2026-12-07), so at 5 ms a set that is repaid within a few hundred candidates.
 FUSE_AFTER_MS = 5.0
