@@ -136,6 +136,8 @@ class Judge:
         set and the fused one gives its values, faster, on a set drawn with another model seed than the
         one it was compiled on. `ops`: operations in one forward of the model. Returns a note for the
         task's notes ("" when not tried)."""
+        from core.tasks.task import exception_text
+
         from .fused_reference import FUSE_AFTER_MS, FUSE_MAX_OPS, FusedReference, disagreement
 
         torch = self.torch
@@ -162,7 +164,7 @@ class Judge:
             del eager, got
         except Exception as exc:    # out of memory included: the task keeps eager references
             self.fused = None
-            return f"float64 references stay op by op: torch.compile of the reference failed ({_first_line(exc)})"
+            return f"float64 references stay op by op: torch.compile of the reference failed ({exception_text(exc, 300)})"
         if problem:
             self.fused = None
             return f"float64 references stay op by op: the compiled reference {problem}"
@@ -180,6 +182,8 @@ class Judge:
         dtype (integer outputs such as argmax must match the task's own arithmetic); in one fused
         pass where set_task found that right and faster (fused_reference.py).
         """
+        from core.tasks.task import exception_text
+
         from .compare import fingerprint, keep_reference
 
         torch = self.torch
@@ -192,7 +196,7 @@ class Judge:
                 raise
             except Exception as exc:    # not seen in set_task's check: op by op from now on
                 self.fused = None
-                self.fused_failure = f"failed on a later set ({_first_line(exc)})"
+                self.fused_failure = f"failed on a later set ({exception_text(exc, 300)})"
                 model, inputs = self.materialize(s)
         if self.reference_dtype == "float64":
             try:
@@ -422,12 +426,6 @@ def _itemsize(dtype: str) -> int:
     from .roofline import spec_bytes
 
     return spec_bytes((1,), dtype)
-
-
-def _first_line(exc: BaseException, limit: int = 300) -> str:
-    """An exception as one short line (torch.compile's errors run to pages)."""
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:limit]
 
 
 def _as_list(out) -> list:
