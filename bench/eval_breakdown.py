@@ -7,7 +7,9 @@ judge, time, and the waits for the judge's bundles: the supervisor's clocks), th
 own check, judge and time), the rest of the evaluation (messages, set-up) and the loop's
 time outside the evaluation (proposing, compile waits, the project write); and the same sums for
 the candidates whose kernel ran under and over twice the run's fastest time, since random search's
-slow schedules make the protocol's repetitions longer. Prints Markdown.
+slow schedules make the protocol's repetitions longer; then how many evaluations and re-verifications
+ran with the runner lean, were served again after running out of memory, or had the judge compute
+references it had not kept (details["memory"]). Prints Markdown.
 """
 from __future__ import annotations
 
@@ -38,7 +40,8 @@ def rows(path: Path) -> list[dict]:
         again = details.get("reverify_seconds") or {}
         out.append({"gap": gap, "eval": r.extra.get("eval_seconds"), "ms": r.median_ms if r.status == "measured" else None,
                     "status": r.status, **{k: sec.get(k, 0.0) for k in PHASES},
-                    "reverify": sum(again.values()), "reverified": bool(again)})
+                    "reverify": sum(again.values()), "reverified": bool(again),
+                    "memory": details.get("memory") or {}, "reverify_memory": details.get("reverify_memory") or {}})
     return out
 
 
@@ -65,6 +68,11 @@ def table(name: str, rs: list[dict]) -> list[str]:
         lines.append(f"| {label} | {len(g)} | {s['gap']:.1f} | " + " | ".join(f"{s[k]:.1f}" for k in PHASES) + " | "
                      f"{s['reverify']:.1f} ({n_again}) | {rest:.1f} | {s['gap'] - s['eval']:.1f} | "
                      f"{s['gap'] / len(g):.3f} | {statistics.median(kernel) if kernel else float('nan'):.2f} |")
+    # What the GPU's memory made evaluations do (recorded since the thirty-fifth session).
+    flags = ("lean", "served_again", "references_computed_again")
+    counts = [f"{f} {sum(bool(r['memory'].get(f)) for r in timed)}/{sum(bool(r['reverify_memory'].get(f)) for r in timed)}"
+              for f in flags]
+    lines += ["", "Memory (evaluations / re-verifications): " + ", ".join(counts)]
     return lines + [""]
 
 

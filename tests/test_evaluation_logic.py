@@ -440,6 +440,7 @@ def test_judge_that_runs_out_of_gpu_memory_drops_its_references_and_judges_again
     monkeypatch.setattr(compare_module, "compare", compare_once_out_of_memory)
     verdict = judge.judge(P.Judge(bundle.id, "check", _outputs_for(judge, bundle.check_sets, tmp_path)))
     assert verdict.ok, verdict.reason
+    assert verdict.details == {"references_computed_again": True}     # recorded with the measurement
     assert all(r is None for r in refs.values())          # computed again where needed, not kept
     assert judge.reference_fraction == 0.1                 # the next bundles keep half as much
     assert not list(tmp_path.iterdir())                    # the outputs were read again, then removed
@@ -472,6 +473,10 @@ def test_judge_that_runs_out_of_gpu_memory_while_drawing_a_bundle_keeps_fewer_re
     assert judge.reference_fraction == 0.1
     verdict = judge.judge(P.Judge(bundle.id, "check", _outputs_for(judge, bundle.check_sets, tmp_path)))
     assert verdict.ok, verdict.reason
+    assert verdict.details == {"references_computed_again": True}
+    kept = judge.prepare(P.Prepare(check_sets=1, scaled_variants=0, timing_sets=0))
+    verdict = judge.judge(P.Judge(kept.id, "check", _outputs_for(judge, kept.check_sets, tmp_path)))
+    assert verdict.ok and verdict.details == {}         # its one reference was kept: nothing to record
 
 
 def test_judge_names_constant_output_before_comparing_values(tmp_path):

@@ -186,7 +186,17 @@ def test_a_judge_out_of_gpu_memory_makes_the_runners_lean_and_the_candidate_is_e
     out = supervisor.evaluate(program("judge_oom_unless_lean"))
     assert out.status is Status.MEASURED, out.reason
     assert supervisor.lean
-    assert supervisor.evaluate(program("judge_oom_unless_lean", "-2")).status is Status.MEASURED   # lean from the start
+    assert out.details["memory"] == {"lean": True, "served_again": True}     # recorded with the measurement
+    again = supervisor.evaluate(program("judge_oom_unless_lean", "-2"))
+    assert again.status is Status.MEASURED   # lean from the start
+    assert again.details["memory"] == {"lean": True}
+
+
+def test_references_the_judge_computed_again_are_recorded_and_a_plain_evaluation_records_nothing(supervisor):
+    out = supervisor.evaluate(program("judge_recomputes"))
+    assert out.status is Status.MEASURED, out.reason
+    assert out.details["memory"] == {"references_computed_again": True}
+    assert "memory" not in supervisor.evaluate(program("ok")).details
 
 
 def test_a_judge_still_out_of_memory_when_lean_reports_an_evaluator_error_once(supervisor):

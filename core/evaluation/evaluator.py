@@ -279,6 +279,8 @@ class Evaluator:
             outcome.reason = "faster than the roofline floor, and failed re-verification: " + outcome.reason
             return self._result(sup, artifact, outcome, info, baselines)
         result.details["reverify_seconds"] = outcome.seconds
+        if outcome.details.get("memory"):
+            result.details["reverify_memory"] = outcome.details["memory"]
         m = result.measurement
         cand = Timing.from_samples(outcome.samples_ms)
         eager = Timing.from_samples(outcome.baseline_samples_ms)

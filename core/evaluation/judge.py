@@ -319,7 +319,10 @@ class Judge:
         try:
             for attempt in range(2):
                 try:
-                    return self._verdict(sets, msg.outputs, refs)
+                    verdict = self._verdict(sets, msg.outputs, refs)
+                    if self.computed_again:      # recorded, so a slow evaluation shows why
+                        verdict.details["references_computed_again"] = True
+                    return verdict
                 except torch.OutOfMemoryError:
                     if attempt:
                         raise

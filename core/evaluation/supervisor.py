@@ -202,6 +202,7 @@ class GpuSupervisor:
         self.lock = threading.RLock()
         self.failures: dict[str, int] = {}
         self.lean = False        # runners give GPU memory back after each request (Runner.go_lean)
+        self._computed_again = False     # this evaluation's judge computed references it had not kept
         self.recoveries: list[float] = []       # seconds from a runner's loss to a runner in service
         self.recovery_phases: list[dict[str, float]] = []   # where each recovery's time went
         s = self.settings
@@ -337,13 +338,21 @@ class GpuSupervisor:
                 return Outcome(Status.REJECTED, f"quarantined: this candidate brought the evaluator down "
                                                 f"{self.failures[key]} times")
             try:
+                self._computed_again = False
                 outcome = self._evaluate_with_bundle(artifact, interleave_rounds, prepare)
+                served_again = False
                 if outcome.details.get("out_of_memory") and not self.lean:
                     # The judge ran out of GPU memory beside a runner that keeps its copies and cache:
                     # from now on runners give memory back after each request, and this candidate,
                     # not at fault, is evaluated again on a new bundle.
                     self.lean = True
+                    served_again = True
                     outcome = self._evaluate_with_bundle(artifact, interleave_rounds, prepare)
+                # What the GPU's memory made the evaluation do, so that a slow one shows why.
+                memory = {name: True for name, on in (("lean", self.lean), ("served_again", served_again),
+                                                      ("references_computed_again", self._computed_again)) if on}
+                if memory:
+                    outcome.details["memory"] = memory
                 return outcome
             except (WorkerDied, WorkerTimeout) as exc:
                 # Runners' failures are the candidate's and handled inside; this is the judge (or a
@@ -453,6 +462,7 @@ class GpuSupervisor:
         t1 = time.perf_counter()
         verdict = self.judge.request(P.Judge(bundle.id, "check", check.outputs, allow_ipc=not fresh), s.judge_timeout_s)
         seconds["judge"] = time.perf_counter() - t1
+        self._note_memory(verdict)
         if isinstance(verdict, P.Failure):
             return Outcome(Status.CRASHED, f"evaluator error: {verdict.reason}", seconds=seconds,
                            details=verdict.details)
@@ -498,6 +508,7 @@ class GpuSupervisor:
         t3 = time.perf_counter()
         verdict = self.judge.request(P.Judge(bundle.id, "timing", timed.outputs, allow_ipc=not fresh), s.judge_timeout_s)
         seconds["judge"] += time.perf_counter() - t3
+        self._note_memory(verdict)
         if isinstance(verdict, P.Failure):
             return Outcome(Status.CRASHED, f"evaluator error: {verdict.reason}", seconds=seconds,
                            details=verdict.details)
@@ -506,6 +517,10 @@ class GpuSupervisor:
                            kernels=check.kernels, seconds=seconds)
         return Outcome(Status.MEASURED, "", timed.samples_ms, timed.baseline_samples_ms, timed.stray_ms,
                        check.kernels, seconds, timed.notes, unseen_samples_ms=unseen_ms)
+
+    def _note_memory(self, verdict: Any) -> None:
+        if isinstance(verdict, P.Verdict) and verdict.details.get("references_computed_again"):
+            self._computed_again = True
 
     def baseline(self, kind: str) -> Outcome:
         with self.lock:

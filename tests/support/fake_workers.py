@@ -8,7 +8,7 @@ honest kernel on a host that hiccuped once), or replays answers it remembers ("r
 the timing sets, 10 ms on each unseen set, which it meets for the first time; "replay_stray_once"
 also strays at its first timing, so it is timed twice). With "judge_oom" its outputs run the fake
 judge out of GPU memory, with "judge_oom_unless_lean" only when the request does not ask the runner
-to be lean.
+to be lean; with "judge_recomputes" the fake judge says it computed references it had not kept.
 """
 from __future__ import annotations
 
@@ -57,6 +57,8 @@ def fake_runner_main(conn, device_index, role, scratch):
                 outputs = (("kill-judge",),) if b == "kill_judge" else ()
                 if b == "judge_oom" or (b == "judge_oom_unless_lean" and not msg.lean):
                     outputs = (("judge-oom",),)
+                if b == "judge_recomputes":
+                    outputs = (("recompute",),)
                 conn.send(P.CheckDone(outputs, dict(msg.bundle.fingerprints), [{"pid": os.getpid(), "name": "k"}]))
             else:
                 key = msg.artifact.content_hash if isinstance(msg.artifact, P.ProgramArtifact) else ""
@@ -94,6 +96,9 @@ def fake_judge_main(conn, device_index, scratch):
             if msg.outputs == (("judge-oom",),):
                 conn.send(P.Failure("crashed", "judge error: OutOfMemoryError: CUDA out of memory",
                                     details={"out_of_memory": True}))
+                continue
+            if msg.outputs == (("recompute",),):
+                conn.send(P.Verdict(True, details={"references_computed_again": True}))
                 continue
             conn.send(P.Verdict(True))
         elif isinstance(msg, P.Release):
