@@ -23,8 +23,25 @@ class _NoProfiler:
 
 
 class _Exporter(IpcExporter):
-    def release(self) -> None:     # the real one frees CUDA blocks through CuPy
-        self.blocks.clear()
+    """The real pooling, over a fake allocator (the real one is CuPy's cudaMalloc / cudaFree)."""
+
+    def __init__(self, pool_bytes: int = 0, room: int | None = None):
+        super().__init__(pool_bytes)
+        self.room = room                 # device bytes the fake GPU has; None: unlimited
+        self.live: dict[int, int] = {}   # pointer -> bytes allocated
+        self.next_ptr, self.mallocs, self.frees = 1 << 20, 0, 0
+
+    def _malloc(self, nbytes: int) -> int:
+        if self.room is not None and sum(self.live.values()) + nbytes > self.room:
+            raise RuntimeError("cudaErrorMemoryAllocation: out of memory")
+        ptr, self.next_ptr = self.next_ptr, self.next_ptr + nbytes
+        self.live[ptr] = nbytes
+        self.mallocs += 1
+        return ptr
+
+    def _free(self, ptr: int) -> None:
+        del self.live[ptr]
+        self.frees += 1
 
 
 def _runner() -> Runner:
@@ -101,7 +118,48 @@ def test_candidate_out_of_memory_is_a_rejection_named_oversized_allocation():
     assert isinstance(exc, CandidateFailure)
 
 
+def test_blocks_that_held_the_pool_back_are_freed_and_the_request_served_again_before_going_lean():
+    runner = _runner()
+    runner.exporter = _Exporter(pool_bytes=100)
+    runner.exporter.take_block(60)
+    handler, calls = _failing(1, torch.OutOfMemoryError("CUDA out of memory"))
+    assert serve(runner, _NoProfiler(), handler, "msg") == ("reply", "msg")
+    assert len(calls) == 2 and not runner.lean          # freeing the kept block was enough
+    assert runner.exporter.live == {} and runner.exporter.pool_bytes == 0    # none kept for this task again
+
+
 # ---- handing outputs over ----------------------------------------------------------------------
+
+def test_hand_over_blocks_are_kept_for_the_next_requests_within_the_budget():
+    ex = _Exporter(pool_bytes=250)
+    first = [ex.take_block(100) for _ in range(3)]
+    ex.release()                                   # the next request: two kept, one over the budget freed
+    assert ex.pooled_bytes == 200 and ex.frees == 1
+    again = [ex.take_block(100) for _ in range(2)]
+    assert set(again) <= set(first) and ex.mallocs == 3    # the kept blocks, no new allocation
+    other = ex.take_block(40)                      # another size never gets a kept block of 100 bytes
+    assert other not in first and ex.mallocs == 4
+    ex.release()
+    assert ex.pooled_bytes == 240 and len(ex.live) == 3
+    assert ex.trim() == 240 and ex.live == {} and ex.pool == {}
+
+
+def test_kept_blocks_make_room_when_a_new_block_does_not_fit_and_a_lean_exporter_keeps_none():
+    ex = _Exporter(pool_bytes=1000, room=300)
+    for _ in range(2):
+        ex.take_block(100)
+    ex.release()
+    ptr = ex.take_block(250)                       # does not fit beside the two kept blocks: they go
+    assert ex.pool == {} and ex.live == {ptr: 250}
+    ex.files_only = True
+    ex.release()
+    assert ex.live == {} and ex.pooled_bytes == 0
+    ex = _Exporter(pool_bytes=1000, room=50)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        ex.take_block(60)                          # nothing kept to free: the shortage is raised
+    assert ex.blocks == []
+
+
 
 class _RaisingExporter(IpcExporter):
     def __init__(self, exc: BaseException):

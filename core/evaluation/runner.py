@@ -79,7 +79,10 @@ class Runner:
         self.modelnew_cls = None
         self.modelnew_hash = ""
         self.calibrated = False
-        self.exporter = IpcExporter()
+        # Hand-over blocks kept for reuse between requests (channel.IpcExporter): at most this share
+        # of the GPU, about five 1.75 GiB outputs on an 80 GB card.
+        self.pool_bytes = int(self.gpu.get("memory_bytes", 0) * EXPORT_POOL_FRACTION)
+        self.exporter = IpcExporter(self.pool_bytes)
         self.lean = False          # short of GPU memory for this task: see go_lean
 
     # ---- setup ---------------------------------------------------------------------------------
@@ -96,6 +99,8 @@ class Runner:
         self.timer.settings.min_total_ms = msg.timed_ms
         self.lean = False
         self.exporter.files_only = False
+        self.exporter.trim()                       # sized for the last task's outputs
+        self.exporter.pool_bytes = self.pool_bytes
         return P.TaskReady(tolerance=self.task.tolerance())
 
     def go_lean(self) -> None:
@@ -109,6 +114,7 @@ class Runner:
         self.lean = True
         self.exporter.files_only = True
         self.exporter.release()
+        self.exporter.trim()
         gc.collect()
         self.torch.cuda.empty_cache()
 
@@ -120,8 +126,10 @@ class Runner:
             held = torch.cuda.memory_allocated(self.device)
         except Exception:
             return ""
+        blocks = sum(n for _, n in self.exporter.blocks) + self.exporter.pooled_bytes
+        handover = f", and {_human(blocks)} in blocks that hand outputs to the judge" if blocks else ""
         return (f" (this process held {_human(held)}: the task's inputs, the evaluator's copies and the "
-                f"candidate's own allocations; {_human(free)} of the GPU's {_human(total)} was free)")
+                f"candidate's own allocations{handover}; {_human(free)} of the GPU's {_human(total)} was free)")
 
     def materialize(self, s: P.InputSet):
         """Weights and inputs for an input set, drawn on this GPU exactly as the judge draws them."""
@@ -384,6 +392,9 @@ class Runner:
         run = self.timer.run(call, live_tensors, sources, release_outputs=True, tolerance=msg.tolerance)
         return P.TimeDone(run.samples_ms, run.stray_ms, (), run.mismatched_reps, time.perf_counter() - t0,
                           notes + _gate_notes(run))
+
+
+EXPORT_POOL_FRACTION = 0.125
 
 
 def _overlaps(a, b) -> bool:
@@ -812,6 +823,10 @@ def serve(runner: Runner, profiler, handler: Callable, msg):
             if runner.lean:
                 raise
         # Out of the except block: the failed attempt's tensors are no longer held by its traceback.
+        # Hand-over blocks kept for reuse go first (and are not kept again for this task); then lean.
+        if runner.exporter.trim():
+            runner.exporter.pool_bytes = 0
+            continue
         runner.go_lean()
 
 
