@@ -804,8 +804,9 @@ def runner_main(conn, device_index: int, role: str, scratch: str) -> None:
 
 def serve(runner: Runner, profiler, handler: Callable, msg):
     """The handler's reply to `msg`. A request that runs out of GPU memory, in the candidate's code
-    or the evaluator's, is served once more with the runner lean (go_lean), which then stays lean
-    for the task; a second shortage is raised to the caller. A request marked lean (the judge ran
+    or the evaluator's, is served again once the runner has freed the hand-over blocks it keeps for
+    reuse (if it kept any; none are kept for the rest of the task), then once more with the runner
+    lean (go_lean), which then stays lean for the task; a shortage when lean is raised to the caller. A request marked lean (the judge ran
     short beside this process) makes the runner lean first."""
     torch = runner.torch
     if getattr(msg, "lean", False) and not runner.lean:
