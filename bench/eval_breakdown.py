@@ -3,13 +3,14 @@
     PYTHONPATH=. python3 bench/eval_breakdown.py PROJECT.cuagent [...]
 
 For each project: the wall time between verdicts split into the evaluator's own phases (check,
-judge, time, and the waits for the judge's bundles: the supervisor's clocks), the re-verification of times under the roofline floor (its
-own check, judge and time), the rest of the evaluation (messages, set-up) and the loop's
-time outside the evaluation (proposing, compile waits, the project write); and the same sums for
-the candidates whose kernel ran under and over twice the run's fastest time, since random search's
-slow schedules make the protocol's repetitions longer; then how many evaluations and re-verifications
-ran with the runner lean, were served again after running out of memory, or had the judge compute
-references it had not kept (details["memory"]). Prints Markdown.
+judge, time, and the waits for the judge's bundles: the supervisor's clocks), the re-verification
+of times under the roofline floor (its own check, judge and time), the rest of the evaluation
+(messages, set-up) and the loop's time outside the evaluation (proposing, compile waits, the project
+write); and the same sums for the candidates whose kernel ran under and over twice the run's fastest
+time, since random search's slow schedules make the protocol's repetitions longer. Then the median of
+each phase a candidate, and how many evaluations and re-verifications ran with the runner lean, were
+served again after running out of memory, or had the judge compute references it had not kept
+(details["memory"]). Prints Markdown.
 """
 from __future__ import annotations
 
@@ -68,6 +69,9 @@ def table(name: str, rs: list[dict]) -> list[str]:
         lines.append(f"| {label} | {len(g)} | {s['gap']:.1f} | " + " | ".join(f"{s[k]:.1f}" for k in PHASES) + " | "
                      f"{s['reverify']:.1f} ({n_again}) | {rest:.1f} | {s['gap'] - s['eval']:.1f} | "
                      f"{s['gap'] / len(g):.3f} | {statistics.median(kernel) if kernel else float('nan'):.2f} |")
+    if timed:
+        lines += ["", "Median ms a candidate: " + ", ".join(
+            f"{k} {1e3 * statistics.median(r[k] for r in timed):.0f}" for k in PHASES)]
     # What the GPU's memory made evaluations do (recorded since the thirty-fifth session).
     flags = ("lean", "served_again", "references_computed_again")
     counts = [f"{f} {sum(bool(r['memory'].get(f)) for r in timed)}/{sum(bool(r['reverify_memory'].get(f)) for r in timed)}"

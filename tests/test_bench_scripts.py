@@ -1,6 +1,7 @@
 """The GPU session scripts' CPU-side logic: bench/heldout_live.py's comparison of live runs,
-bench/throughput.py's reading of compile times and pauses, and bench/sweep.py's choice of
-schedules and its whole-space recording (made-up projects, no GPU)."""
+bench/throughput.py's reading of compile times and pauses, bench/eval_breakdown.py's sums and memory
+counts, and bench/sweep.py's choice of schedules and its whole-space recording (made-up projects,
+no GPU)."""
 from __future__ import annotations
 
 import dataclasses
@@ -239,3 +240,23 @@ def test_throughput_runs_start_with_both_compile_caches_empty(tmp_path, monkeypa
     assert env["CUDA_CACHE_PATH"] == str(tmp_path / "out" / ".driver-cache")
     assert not (tmp_path / "out" / ".driver-cache").exists() and not ours.exists()
     assert "CUDA_CACHE_PATH" not in module.run_environment(tmp_path / "out", fresh=False)
+
+
+def test_eval_breakdown_sums_the_phases_and_counts_what_memory_made_evaluations_do(tmp_path):
+    module = _script("eval_breakdown")
+    path = tmp_path / "run.cuagent"
+    _run(path, [1.0, 1.0, 1.0, 1.0], seconds_apart=1)
+    phases = {"check": 0.1, "wait": 0.0, "judge": 0.02, "time": 0.2, "bundle": 0.01}
+    memory = [{}, {"lean": True, "served_again": True}, {"lean": True}, {"lean": True}]
+    with Project.open(path) as project:
+        for rec, mem in zip(project.candidates(), memory):
+            details = {"seconds": dict(phases), **({"memory": mem} if mem else {})}
+            if mem and not mem.get("served_again"):
+                details["reverify_seconds"] = {"check": 0.5}
+                details["reverify_memory"] = {"references_computed_again": True}
+            project.update_candidate(rec.id, extra={**rec.extra, "details": details, "eval_seconds": 1.0})
+    text = "\n".join(module.table("run", module.rows(path)))
+    # The first verdict has no gap before it: three candidates counted.
+    assert "| all | 3 | 3.0 | 0.3 | 0.0 | 0.1 | 0.6 | 0.0 | 1.0 (2) | 1.0 | 0.0 |" in text, text
+    assert "Median ms a candidate: check 100, wait 0, judge 20, time 200, bundle 10" in text
+    assert "Memory (evaluations / re-verifications): lean 3/0, served_again 1/0, references_computed_again 0/2" in text
