@@ -14,7 +14,7 @@ from core.evaluation.compare import _poison_word, close_mask, compare, count_poi
 from core.evaluation.evaluator import Baselines, baselines_path
 from core.evaluation.guard import guarded
 from core.evaluation.results import EvalResult, Status, Timing
-from core.evaluation.roofline import Ceilings, ceilings_path, floor_ms, load_ceilings, save_json_atomic, warm_up
+from core.evaluation.roofline import FLOOR_MARGIN, Ceilings, below_floor, ceilings_path, floor_ms, load_ceilings, save_json_atomic, warm_up
 
 
 # ---- compare ---------------------------------------------------------------------------------------
@@ -232,6 +232,15 @@ def test_roofline_floor():
     # compute bound: 100 TFLOP at 50 TFLOP/s = 2 s
     assert math.isclose(floor_ms(1000, 100 * 10**12, "float32", c), 2000.0)
     assert math.isclose(floor_ms(1000, 800 * 10**12, "bfloat16", c), 1000.0)
+
+
+def test_a_time_within_the_floors_margin_is_not_suspicious():
+    # the floor's own measurement error (FLOOR_MARGIN) is not evidence of skipped work
+    assert not below_floor(1.0, 1.0)
+    assert not below_floor(0.997, 1.0)          # a good kernel 0.3 % under the cached floor
+    assert not below_floor(1.0 - FLOOR_MARGIN + 1e-9, 1.0)
+    assert below_floor(1.0 - FLOOR_MARGIN - 1e-9, 1.0)
+    assert below_floor(0.5, 1.0)                # half the work skipped
 
 
 def test_ceiling_warm_up_runs_by_time_and_old_caches_are_measured_again(tmp_cache):

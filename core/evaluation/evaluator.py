@@ -22,7 +22,7 @@ from . import protocol as P
 from .gpuinfo import gpu_key
 from .results import EvalResult, KernelStats, Measurement, Status, Timing
 from .pool import LocalPool, visible_devices
-from .roofline import Ceilings, cache_root, compute_dtype, floor_ms, minimum_bytes, save_json_atomic
+from .roofline import Ceilings, below_floor, cache_root, compute_dtype, floor_ms, minimum_bytes, save_json_atomic
 from .supervisor import GpuSupervisor, Outcome, SupervisorSettings
 
 BASELINES_VERSION = 1
@@ -323,7 +323,7 @@ class Evaluator:
             ceilings = self.ceilings(sup)
             m.floor_ms = floor_ms(m.min_bytes, m.flops, compute_dtype(self.task), ceilings)
             m.roofline_fraction = m.floor_ms / timing.median_ms
-            m.below_floor = timing.median_ms < m.floor_ms
+            m.below_floor = below_floor(timing.median_ms, m.floor_ms)
         except RuntimeError as exc:
             m.notes.append(str(exc))
         resources = info.get("resources", {})
