@@ -88,7 +88,7 @@ class Bundle:
     fingerprints: dict[str, tuple[float, ...]]
     # Timed once each, after everything else, so the candidate has never seen them: a time that
     # needs inputs seen before (answers remembered and replayed) shows here. Judged with the
-    # timing sets. Drawn only to re-verify a time under the roofline floor.
+    # timing sets. Drawn only to re-verify a time more than FLOOR_MARGIN under the roofline floor.
     unseen_sets: tuple[InputSet, ...] = ()
     # The judge kept every reference within its memory budget: the next bundle may be drawn while
     # this one is in use (SupervisorSettings.prepare_during_check).
