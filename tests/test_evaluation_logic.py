@@ -243,6 +243,33 @@ def test_a_time_within_the_floors_margin_is_not_suspicious():
     assert below_floor(0.5, 1.0)                # half the work skipped
 
 
+def test_the_evaluator_flags_only_times_beyond_the_floors_margin():
+    import types
+
+    from core.evaluation.evaluator import Evaluator
+    from core.evaluation.roofline import minimum_bytes
+    from core.evaluation.supervisor import Outcome
+    from core.tasks import load_task
+
+    task = load_task(Path(__file__).resolve().parents[1] / "resources" / "tasks" / "act_gelu.py")
+    ceilings = Ceilings(copy_gbps=4000.0, gemm_tflops={"float32": 50.0}, gpu="stand-in")
+    sup = types.SimpleNamespace(gpu={"name": "stand-in"}, task_info=types.SimpleNamespace(flops=0),
+                                ceilings=lambda: ceilings)
+    ev = Evaluator(task, devices=None)
+    floor = minimum_bytes(task) / 4000e9 * 1e3
+
+    def flagged(ms: float) -> bool:
+        outcome = Outcome(Status.MEASURED, samples_ms=[ms] * 20)
+        m = ev._result(sup, types.SimpleNamespace(content_hash="h"), outcome, {}, None).measurement
+        assert math.isclose(m.floor_ms, floor) and math.isclose(m.roofline_fraction, floor / ms)
+        return m.below_floor
+
+    assert not flagged(1.5 * floor)
+    assert not flagged(0.997 * floor)        # at the floor within its measurement error
+    assert flagged((1 - FLOOR_MARGIN) * 0.99 * floor)
+    assert flagged(0.5 * floor)
+
+
 def test_ceiling_warm_up_runs_by_time_and_old_caches_are_measured_again(tmp_cache):
     now = [0.0]
     calls = []
