@@ -439,9 +439,11 @@ def test_judge_keeps_references_within_its_memory_budget_and_computes_the_rest_w
     assert judge.reference_bytes() == one_set
     bundle = judge.prepare(P.Prepare(check_sets=3, scaled_variants=2, timing_sets=2, unseen_sets=4))
     refs = judge.bundles[bundle.id]["refs"]
-    assert sum(r is not None for r in refs.values()) == 3 and len(refs) == 11
+    # 3 fresh, 2 scaled and 4 unseen sets; the timing sets are the first two fresh ones
+    assert bundle.timing_sets == bundle.check_sets[:2]
+    assert sum(r is not None for r in refs.values()) == 3 and len(refs) == 9
     assert all(r[0].dtype == torch.float32 for r in refs.values() if r is not None)
-    assert len(bundle.fingerprints) == 11                   # every set is fingerprinted, kept or not
+    assert len(bundle.fingerprints) == 9                    # every set is fingerprinted, kept or not
     sets = bundle.timing_sets + bundle.unseen_sets
     assert refs[bundle.unseen_sets[-1].label] is None
     ok = judge.judge(P.Judge(bundle.id, "timing", _outputs_for(judge, sets, tmp_path)))
@@ -453,6 +455,32 @@ def test_judge_keeps_references_within_its_memory_budget_and_computes_the_rest_w
     verdict = judge.judge(P.Judge(bundle.id, "timing", wrong))
     assert not verdict.ok and verdict.status == "wrong" and bundle.unseen_sets[-1].label in verdict.reason
     assert not list(tmp_path.iterdir())
+
+
+def test_the_timing_sets_are_the_first_check_sets_and_share_their_references(tmp_path, monkeypatch):
+    from core.evaluation import protocol as P
+
+    judge = _cpu_judge(TINY_TASK, 1 << 30)
+    real, computed = judge.reference_for, []
+    monkeypatch.setattr(judge, "reference_for", lambda s: computed.append(s.label) or real(s))
+    bundle = judge.prepare(P.Prepare(check_sets=3, scaled_variants=2, timing_sets=2, unseen_sets=2))
+    fresh = [s for s in bundle.check_sets if s.scale is None]
+    assert bundle.timing_sets == tuple(fresh[:2])
+    # one model (the timer binds one) for the timing and unseen sets, other inputs for each
+    assert len({s.model_seed for s in bundle.timing_sets + bundle.unseen_sets}) == 1
+    assert fresh[2].model_seed != fresh[0].model_seed
+    assert len({s.input_seed for s in fresh + list(bundle.unseen_sets)}) == 5
+    assert sorted(computed) == sorted({s.label for s in bundle.check_sets + bundle.unseen_sets})   # each once
+    computed.clear()
+    sets = bundle.timing_sets + bundle.unseen_sets
+    verdict = judge.judge(P.Judge(bundle.id, "timing", _outputs_for(judge, sets, tmp_path)))
+    assert verdict.ok and verdict.details == {} and computed == []      # the check's references
+    wrong = _outputs_for(judge, sets[:1], tmp_path) + _outputs_for(judge, sets[1:2], tmp_path, lambda x: x * 3.0)
+    verdict = judge.judge(P.Judge(bundle.id, "timing", wrong + _outputs_for(judge, sets[2:], tmp_path)))
+    assert verdict.status == "wrong" and bundle.timing_sets[1].label in verdict.reason, verdict.reason
+    # More timing sets than check sets: drawn apart, as before.
+    more = judge.prepare(P.Prepare(check_sets=1, scaled_variants=0, timing_sets=2))
+    assert not set(more.timing_sets) & set(more.check_sets) and len(more.fingerprints) == 3
 
 
 def test_judge_that_runs_out_of_gpu_memory_drops_its_references_and_judges_again(tmp_path, monkeypatch):
@@ -503,8 +531,8 @@ def test_judge_that_runs_out_of_gpu_memory_while_drawing_a_bundle_keeps_fewer_re
     bundle = judge.prepare(P.Prepare(check_sets=3, scaled_variants=0, timing_sets=2))
     refs = judge.bundles[bundle.id]["refs"]
     assert refs[bundle.check_sets[0].label] is not None                 # kept before memory ran out
-    assert all(refs[s.label] is None for s in bundle.check_sets[1:] + bundle.timing_sets)
-    assert len(bundle.fingerprints) == 5 and not bundle.room_for_next   # every set is still drawn
+    assert all(refs[s.label] is None for s in bundle.check_sets[1:])
+    assert len(bundle.fingerprints) == 3 and not bundle.room_for_next   # every set is still drawn
     assert all(r is None for r in judge.bundles[first.id]["refs"].values())
     assert judge.reference_fraction == 0.1
     verdict = judge.judge(P.Judge(bundle.id, "check", _outputs_for(judge, bundle.check_sets, tmp_path)))
