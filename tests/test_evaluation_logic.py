@@ -14,7 +14,8 @@ from core.evaluation.compare import _poison_word, close_mask, compare, count_poi
 from core.evaluation.evaluator import Baselines, baselines_path
 from core.evaluation.guard import guarded
 from core.evaluation.results import EvalResult, Status, Timing
-from core.evaluation.roofline import FLOOR_MARGIN, Ceilings, below_floor, ceilings_path, floor_ms, load_ceilings, save_json_atomic, warm_up
+from core.evaluation.roofline import (FLOOR_MARGIN, Ceilings, below_floor, ceilings_path, floor_ms, load_ceilings,
+                                     save_json_atomic, warm_up)
 
 
 # ---- compare ---------------------------------------------------------------------------------------

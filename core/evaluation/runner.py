@@ -21,6 +21,9 @@ from .profiling import RequestProfiler
 from .results import Status
 
 FATAL_EXIT = 70
+# Hand-over blocks kept for reuse between requests (channel.IpcExporter): at most this share of
+# the GPU's memory.
+EXPORT_POOL_FRACTION = 0.125
 
 
 class CandidateFailure(Exception):
@@ -392,9 +395,6 @@ class Runner:
         run = self.timer.run(call, live_tensors, sources, release_outputs=True, tolerance=msg.tolerance)
         return P.TimeDone(run.samples_ms, run.stray_ms, (), run.mismatched_reps, time.perf_counter() - t0,
                           notes + _gate_notes(run))
-
-
-EXPORT_POOL_FRACTION = 0.125
 
 
 def _overlaps(a, b) -> bool:
@@ -806,8 +806,8 @@ def serve(runner: Runner, profiler, handler: Callable, msg):
     """The handler's reply to `msg`. A request that runs out of GPU memory, in the candidate's code
     or the evaluator's, is served again once the runner has freed the hand-over blocks it keeps for
     reuse (if it kept any; none are kept for the rest of the task), then once more with the runner
-    lean (go_lean), which then stays lean for the task; a shortage when lean is raised to the caller. A request marked lean (the judge ran
-    short beside this process) makes the runner lean first."""
+    lean (go_lean), which then stays lean for the task; a shortage when lean is raised to the caller.
+    A request marked lean (the judge ran short beside this process) makes the runner lean first."""
     torch = runner.torch
     if getattr(msg, "lean", False) and not runner.lean:
         runner.go_lean()
