@@ -2,6 +2,7 @@
 slow, and equal there to the op-by-op ones on sets the judge draws later."""
 from __future__ import annotations
 
+import gc
 import time
 
 import pytest
@@ -17,11 +18,14 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture(autouse=True)
 def _evaluator_settings_restored():
     """Judge(0) sets up this process as an evaluator's (no gradients, no TF32): undo it for the tests
-    that run after these in the same pytest process."""
+    that run after these in the same pytest process, and give its GPU memory back (the 2 GiB task's
+    references stay in PyTorch's cache otherwise, and a later test's own judge process runs short)."""
     grad, tf32 = torch.is_grad_enabled(), (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     yield
     torch.set_grad_enabled(grad)
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+    gc.collect()
+    torch.cuda.empty_cache()
 
 MISH = '''
 import torch
