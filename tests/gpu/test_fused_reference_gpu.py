@@ -16,7 +16,7 @@ pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(autouse=True)
-def _evaluator_settings_restored():
+def _evaluator_settings_and_memory_restored():
     """Judge(0) sets up this process as an evaluator's (no gradients, no TF32): undo it for the tests
     that run after these in the same pytest process, and give its GPU memory back (the 2 GiB task's
     references stay in PyTorch's cache otherwise, and a later test's own judge process runs short)."""
