@@ -7,7 +7,9 @@ task file's path; compile-ahead is the product's default unless given. Every run
 `cuda-agent run TASK --policy POLICY --budget BUDGET [--compile-ahead N] --project DIR/NAME-POLICY-aN.cuagent`,
 one after another on one GPU.
 From each project: candidates evaluated, the wall time from the first proposal to the last verdict
-(the evaluator's start and the baselines come before the first proposal), candidates per minute,
+(the evaluator's start, the baselines and, since 2026-12-08, the GPU's roofline ceilings come
+before the first proposal; before, a GPU's first three runs measured the ceilings inside their first
+candidate's evaluation, about 3 s), candidates per minute,
 the median gap between verdicts, the median kernel time, and how many candidates found their
 compile already done (compile-ahead's hits), the pauses over 0.4 s between verdicts, and, with
 --fresh-compile-cache, how long NVRTC took for every compile of the run (the compile cache keeps

@@ -271,6 +271,33 @@ def test_the_evaluator_flags_only_times_beyond_the_floors_margin():
     assert flagged(0.5 * floor)
 
 
+def test_warm_ceilings_reads_each_gpu_model_once_and_leaves_a_failure_to_the_first_candidate():
+    import types
+
+    from core.evaluation.evaluator import Evaluator
+    from core.tasks import load_task
+
+    task = load_task(Path(__file__).resolve().parents[1] / "resources" / "tasks" / "act_gelu.py")
+    calls = []
+
+    def supervisor(name: str, fails: bool = False):
+        def ceilings():
+            calls.append(name)
+            if fails:
+                raise RuntimeError("could not measure the GPU's ceilings: stand-in")
+            return Ceilings(copy_gbps=4000.0, gemm_tflops={"float32": 50.0}, gpu=name)
+        return types.SimpleNamespace(gpu={"name": name}, ceilings=ceilings)
+
+    sups = [supervisor("A"), supervisor("A"), supervisor("B", fails=True)]
+    ev = Evaluator(task, devices=None)
+    ev._gpus = types.SimpleNamespace(supervisors=sups, close=lambda: None)
+    ev.warm_ceilings()                          # no exception: B's failure waits for a candidate
+    assert calls == ["A", "B"]                  # two GPUs of one model measure once
+    assert ev.ceilings(sups[1]).gpu == "A" and calls == ["A", "B"]     # kept, not measured again
+    with pytest.raises(RuntimeError, match="ceilings"):
+        ev.ceilings(sups[2])                    # tried again by the first measured candidate
+
+
 def test_ceiling_warm_up_runs_by_time_and_old_caches_are_measured_again(tmp_cache):
     now = [0.0]
     calls = []

@@ -106,11 +106,14 @@ class _CallersPool:
         from core.search.replay import ReplayPool
 
         self.replay = ReplayPool.from_files([record])
-        self.task, self.closed = task, False
+        self.task, self.closed, self.ceilings_warmed = task, False, 0
         self.gpu = {"name": "Test GPU", "capability": "9.0", "torch": "2.13"}
 
     def baselines(self):
         return self.replay.baselines()
+
+    def warm_ceilings(self) -> None:
+        self.ceilings_warmed += 1
 
     def close(self) -> None:
         self.closed = True
@@ -133,6 +136,7 @@ def test_runs_on_the_callers_evaluator_leave_it_open(tmp_path):
         finally:
             setup.close()
         assert not pool.closed
+        assert pool.ceilings_warmed == seed + 1       # at the run's start, before its first candidate
         with Project.open(path, readonly=True) as project:
             assert len([r for r in project.candidates() if r.evaluated_at]) == 5
             assert project.baseline_keys()

@@ -165,6 +165,18 @@ class Evaluator:
             self._ceilings[key] = sup.ceilings()
         return self._ceilings[key]
 
+    def warm_ceilings(self) -> None:
+        """Read or measure every GPU model's roofline ceilings now. A search does this at its start,
+        beside the baselines, so that no candidate's evaluation carries their measurement: a GPU's
+        first CEILING_SAMPLES evaluator starts measure them (an H100's first candidate took 3.4-3.7 s,
+        3.1 s of it outside its phases and compile, the next ones 0.3 s). A failure is left to the
+        first measured candidate, whose measurement notes it."""
+        for sup in self.gpus.supervisors:
+            try:
+                self.ceilings(sup)
+            except RuntimeError:
+                pass
+
     def baselines(self, refresh: bool = False, with_compile: bool = True,
                   sup: GpuSupervisor | None = None) -> Baselines:
         """Eager and torch.compile times for this task on this GPU model: memory, disk cache, or measured."""

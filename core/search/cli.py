@@ -477,7 +477,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                        weights=args.weights, compile_ahead=args.compile_ahead,
                        compile_workers=args.compile_workers, confirm_rounds=args.confirm_rounds,
                        memory=args.memory, from_default=args.from_default)
-    status = console.status("starting the evaluator and measuring baselines...")
+    status = console.status("starting the evaluator, measuring baselines and the GPU's ceilings...")
 
     def starting(text: str) -> None:
         status.update(text)

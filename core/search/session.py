@@ -236,6 +236,8 @@ def _adopt(pool: Any, task: Any, project: Any) -> Any:
         raise RunSetupError(f"the evaluator given is not of task '{task.name}'")
     project.set_hardware(pool.gpu)
     project.set_baselines(gpu_key(pool.gpu), pool.baselines())
+    if hasattr(pool, "warm_ceilings"):
+        pool.warm_ceilings()
     return pool
 
 
@@ -265,7 +267,7 @@ def _pool(config: RunConfig, task: Any, project: Any, starting: Callable[[str], 
         raise RunSetupError(f"cannot measure here: {probe.reason}. Replay a recorded project instead "
                             "(--replay FILE, or Replay in the app's run settings).", EXIT_UNAVAILABLE)
     if starting:
-        starting("starting the evaluator and measuring baselines...")
+        starting("starting the evaluator, measuring baselines and the GPU's ceilings...")
     ev = Evaluator(task, config.device,
                    compile_workers=config.compile_workers or default_compile_workers(config.compile_ahead))
     try:
@@ -273,6 +275,7 @@ def _pool(config: RunConfig, task: Any, project: Any, starting: Callable[[str], 
         project.set_hardware(ev.gpu)
         # Stored with the record, so a replay of this project reports speedups over eager and compile.
         project.set_baselines(gpu_key(ev.gpu), ev.baselines())
+        ev.warm_ceilings()      # the roofline floor's, before the first candidate rather than in it
     except BaseException:
         ev.close()
         raise
