@@ -168,8 +168,8 @@ class Evaluator:
     def warm_ceilings(self) -> None:
         """Read or measure every GPU model's roofline ceilings now. A search does this at its start,
         beside the baselines, so that no candidate's evaluation carries their measurement: a GPU's
-        first CEILING_SAMPLES evaluator starts measure them (an H100's first candidate took 3.4-3.7 s,
-        3.1 s of it outside its phases and compile, the next ones 0.3 s). A failure is left to the
+        first CEILING_SAMPLES evaluator starts measure them (an H100's first candidate took 3.2-4.3 s,
+        2.7-3.9 s of it outside its phases and compile, the next ones 0.3 s). A failure is left to the
         first measured candidate, whose measurement notes it."""
         for sup in self.gpus.supervisors:
             try:
