@@ -229,14 +229,17 @@ def _program(config: RunConfig, task: Any) -> tuple[Any, list[Any], str]:
 
 
 def _adopt(pool: Any, task: Any, project: Any) -> Any:
-    """The caller's started evaluator, checked to be of this task; the project gets its GPU and baselines."""
+    """A started evaluator (the caller's or _pool's), checked to be of this task; the project gets
+    its GPU and baselines, and the GPU's roofline ceilings are read or measured now rather than
+    inside the first candidate's evaluation."""
     from core.evaluation.gpuinfo import gpu_key
 
     if getattr(pool, "task", None) is None or pool.task.hash != task.hash:
         raise RunSetupError(f"the evaluator given is not of task '{task.name}'")
     project.set_hardware(pool.gpu)
+    # Stored with the record, so a replay of this project reports speedups over eager and compile.
     project.set_baselines(gpu_key(pool.gpu), pool.baselines())
-    if hasattr(pool, "warm_ceilings"):
+    if hasattr(pool, "warm_ceilings"):      # a caller's stand-in may have none
         pool.warm_ceilings()
     return pool
 
@@ -259,7 +262,6 @@ def _pool(config: RunConfig, task: Any, project: Any, starting: Callable[[str], 
         return pool, [f"replaying {len(pool)} recorded verdicts from {names} (no GPU used)"]
     from core.evaluation import Evaluator
     from core.evaluation.evaluator import default_compile_workers
-    from core.evaluation.gpuinfo import gpu_key
     from core.evaluation.probe import probe_gpus
 
     probe = probe_gpus()
@@ -271,11 +273,7 @@ def _pool(config: RunConfig, task: Any, project: Any, starting: Callable[[str], 
     ev = Evaluator(task, config.device,
                    compile_workers=config.compile_workers or default_compile_workers(config.compile_ahead))
     try:
-        ev.start()
-        project.set_hardware(ev.gpu)
-        # Stored with the record, so a replay of this project reports speedups over eager and compile.
-        project.set_baselines(gpu_key(ev.gpu), ev.baselines())
-        ev.warm_ceilings()      # the roofline floor's, before the first candidate rather than in it
+        _adopt(ev.start(), task, project)
     except BaseException:
         ev.close()
         raise
